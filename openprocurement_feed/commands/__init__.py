@@ -1,0 +1,1 @@
+"""Subcommands of ``openprocurement-feed``: one module each, see :mod:`..cli`."""

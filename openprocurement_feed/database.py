@@ -1,0 +1,423 @@
+"""The store: the watermarked feed query and the ``$$NOW``-stamping write.
+
+:class:`FeedStoreMixin` holds the behaviour and needs only two attributes on
+its host (``watermark_seconds`` and ``max_limit``), so an application can mix
+it into its own store class. :class:`FeedStore` is the ready-made store that
+``config.include("openprocurement_feed")`` creates from the settings.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Iterable, Mapping, Sequence
+
+from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.read_preferences import read_pref_mode_from_name
+from pymongo.read_preferences import make_read_preference
+from pymongo.write_concern import WriteConcern
+
+from .offset import Offset, ids_digest
+from .settings import FeedSettings
+
+log = logging.getLogger(__name__)
+
+PUBLIC_MODIFIED = "public_modified"
+PUBLIC_TS = "public_ts"
+#: ``$$NOW`` in seconds with millisecond resolution, evaluated by the server.
+NOW_SECONDS: dict[str, Any] = {"$divide": [{"$toLong": "$$NOW"}, 1000]}
+HIDDEN_STATUSES = ("draft", "deleted")
+
+
+class ConflictError(Exception):
+    """A write lost an optimistic-concurrency race: its ``_rev`` was stale."""
+
+
+def next_rev(rev: str | None) -> str:
+    """The revision that follows ``rev``: ``"{n+1}-{uuid4 hex}"``."""
+    number = 0
+    if rev:
+        head = rev.split("-", 1)[0]
+        number = int(head) if head.isdigit() else 0
+    return f"{number + 1}-{uuid.uuid4().hex}"
+
+
+def mode_filter(mode: str) -> dict[str, Any]:
+    """The filter of a feed mode: ``test`` → test objects only, ``_all_`` →
+    everything, anything else → real objects only."""
+    if mode == "test":
+        return {"is_test": True}
+    if mode == "_all_":
+        return {}
+    return {"is_test": False}
+
+
+def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
+    """Find the run of ``count`` consecutive ``ids`` whose digest is ``digest``.
+
+    Returns the index just past the run (everything before it was already
+    served), or None when no run matches.
+    """
+    if count <= 0 or count > len(ids):
+        return None
+    for start in range(len(ids) - count + 1):
+        if ids_digest(ids[start:start + count]) == digest:
+            return start + count
+    return None
+
+
+class FeedStoreMixin:
+    """Feed queries and stamped writes on pymongo collections.
+
+    The host class provides ``watermark_seconds`` (float, 0 disables the
+    watermark) and ``max_limit`` (the largest page).
+    """
+
+    watermark_seconds: float = 1.0
+    max_limit: int = 1000
+
+    # -- writes -----------------------------------------------------------
+
+    def save_data(
+        self,
+        collection: Collection,
+        data: Mapping[str, Any],
+        insert: bool = False,
+        modified: bool = True,
+        session: ClientSession | None = None,
+    ) -> dict[str, Any]:
+        """Replace (or insert) one document and stamp ``public_modified``.
+
+        One ``find_one_and_update`` guarded by the document's current
+        ``_rev``; the stamp is ``$$NOW`` of the server, in seconds.
+        ``modified=False`` keeps the given ``public_modified``.
+
+        :returns: the stored document (with its new ``_rev`` and stamp).
+        :raises ConflictError: when ``_rev`` is stale (or, with ``insert``,
+            when the id is taken).
+        """
+        doc = dict(data)
+        uid = doc.get("_id")
+        if not uid:
+            raise ValueError("save_data needs a document with an '_id'")
+        old_rev = doc.pop("_rev", None)
+        doc["_rev"] = next_rev(old_rev)
+        doc["is_public"] = doc.get("status") not in HIDDEN_STATUSES
+        doc["is_test"] = doc.get("mode") == "test"
+        pipeline: list[dict[str, Any]] = [{"$replaceWith": {"$literal": doc}}]
+        if modified:
+            pipeline.append({"$set": {PUBLIC_MODIFIED: NOW_SECONDS}})
+        elif PUBLIC_MODIFIED not in doc:
+            raise ValueError("save_data(modified=False) needs a 'public_modified'")
+        try:
+            stored = collection.find_one_and_update(
+                {"_id": uid, "_rev": old_rev},
+                pipeline,
+                projection={PUBLIC_MODIFIED: 1},
+                upsert=insert,
+                return_document=ReturnDocument.AFTER,
+                session=session,
+            )
+        except DuplicateKeyError:
+            raise ConflictError(f"Document {uid} exists already or changed") from None
+        if stored is None:
+            raise ConflictError(f"Document {uid} was changed by another request")
+        doc[PUBLIC_MODIFIED] = stored[PUBLIC_MODIFIED]
+        return doc
+
+    # -- reads ------------------------------------------------------------
+
+    def watermark_expr(self, field: str = PUBLIC_MODIFIED) -> dict[str, Any]:
+        """``field <= $$NOW - W``, by the database's own clock."""
+        return {
+            "$lte": [
+                f"${field}",
+                {"$subtract": [NOW_SECONDS, self.watermark_seconds]},
+            ]
+        }
+
+    def build_query(
+        self,
+        inclusive_filter: bool = False,
+        offset_field: str = PUBLIC_MODIFIED,
+        offset_value: Any = None,
+        mode: str = "all",
+        descending: bool = False,
+        filters: Mapping[str, Any] | None = None,
+        watermark: bool = True,
+        has_offset: bool | None = None,
+    ) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+        """The filter and sort of one feed query.
+
+        The watermark applies to every ascending query and to a descending
+        query without offset; ``watermark=False`` leaves it out (for
+        ``explain``, which cannot evaluate ``$$NOW`` everywhere).
+        """
+        query: dict[str, Any] = dict(filters or {})
+        query["is_public"] = True
+        query.update(mode_filter(mode))
+        if offset_value is not None:
+            operator = ("$lt" if descending else "$gt") + ("e" if inclusive_filter else "")
+            query[offset_field] = {operator: offset_value}
+        if has_offset is None:
+            has_offset = offset_value is not None
+        if (
+            watermark
+            and offset_field == PUBLIC_MODIFIED
+            and self.watermark_seconds > 0
+            and (not descending or not has_offset)
+        ):
+            query["$expr"] = self.watermark_expr(offset_field)
+        direction = DESCENDING if descending else ASCENDING
+        return query, [(offset_field, direction), ("_id", direction)]
+
+    def list(
+        self,
+        collection: Collection,
+        fields: Iterable[str],
+        inclusive_filter: bool = False,
+        offset_field: str = PUBLIC_MODIFIED,
+        offset_value: Any = None,
+        mode: str = "all",
+        descending: bool = False,
+        limit: int = 0,
+        filters: Mapping[str, Any] | None = None,
+        has_offset: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Public documents in feed order, older than the watermark.
+
+        Sorted by ``(offset_field, _id)``; ``fields`` are projected together
+        with ``_id`` and ``public_modified``. ``limit=0`` means no limit.
+        """
+        query, sort = self.build_query(
+            inclusive_filter=inclusive_filter,
+            offset_field=offset_field,
+            offset_value=offset_value,
+            mode=mode,
+            descending=descending,
+            filters=filters,
+            has_offset=has_offset,
+        )
+        projection = {name: 1 for name in fields}
+        projection[PUBLIC_MODIFIED] = 1
+        if offset_field != PUBLIC_MODIFIED:
+            projection[offset_field] = 1
+        return list(collection.find(query, projection, sort=sort, limit=limit))
+
+    def feed_page(
+        self,
+        collection: Collection,
+        fields: Iterable[str],
+        offset: Offset | None = None,
+        mode: str = "all",
+        descending: bool = False,
+        limit: int = 100,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """One page of the feed after ``offset``.
+
+        With a tie-aware offset (``count > 0``) the query is inclusive; the
+        items of the tie group already served (the run of ``count`` ids whose
+        digest matches, and everything before it in ``(value, _id)`` order)
+        are dropped. When no run matches, the group is sent again: duplicates
+        are acceptable, losses are not.
+        """
+        fields = list(fields)
+        common = dict(mode=mode, descending=descending, filters=filters)
+        if offset is None:
+            return self.list(collection, fields, limit=limit, **common)
+        if offset.field == PUBLIC_TS and not getattr(self, "stamp_public_ts", False):
+            # No public_ts is stamped here: read the legacy cursor by its
+            # seconds on public_modified, one second early (never lose).
+            seconds = float(offset.value.time) + (1.0 if descending else -1.0)
+            offset = Offset(seconds)
+        if offset.count == 0:
+            return self.list(
+                collection,
+                fields,
+                offset_field=offset.field,
+                offset_value=offset.value,
+                limit=limit,
+                **common,
+            )
+        fetch = limit + offset.count
+        rows = self.list(
+            collection,
+            fields,
+            inclusive_filter=True,
+            offset_field=offset.field,
+            offset_value=offset.value,
+            limit=fetch,
+            **common,
+        )
+        group = [row["_id"] for row in rows if row.get(offset.field) == offset.value]
+        end = find_window(group, offset.count, offset.digest)
+        if end is None and group and len(group) == len(rows) == fetch:
+            # The tie group fills the whole fetch: the run may lie beyond it.
+            group = self._group_ids(collection, offset, mode, descending, filters)
+            end = find_window(group, offset.count, offset.digest)
+            if end is not None:
+                return self._after(collection, fields, offset, group[end - 1], limit, **common)
+        if end is None:
+            return rows[:limit]
+        rest = rows[end:]
+        if len(rest) >= limit or len(rows) < fetch:
+            return rest[:limit]
+        return self._after(collection, fields, offset, group[end - 1], limit, **common)
+
+    def _group_ids(
+        self,
+        collection: Collection,
+        offset: Offset,
+        mode: str,
+        descending: bool,
+        filters: Mapping[str, Any] | None,
+    ) -> list[str]:
+        """All ids at exactly ``offset.value``, in feed order."""
+        query, _ = self.build_query(mode=mode, descending=descending, filters=filters)
+        query[offset.field] = offset.value
+        direction = DESCENDING if descending else ASCENDING
+        cursor = collection.find(query, {"_id": 1}, sort=[("_id", direction)])
+        return [row["_id"] for row in cursor]
+
+    def _after(
+        self,
+        collection: Collection,
+        fields: list[str],
+        offset: Offset,
+        last_id: str,
+        limit: int,
+        mode: str,
+        descending: bool,
+        filters: Mapping[str, Any] | None,
+    ) -> list[dict[str, Any]]:
+        """The page strictly after ``(offset.value, last_id)`` in feed order."""
+        beyond = "$lt" if descending else "$gt"
+        keyset = dict(filters or {})
+        keyset["$or"] = [
+            {offset.field: {beyond: offset.value}},
+            {offset.field: offset.value, "_id": {beyond: last_id}},
+        ]
+        return self.list(
+            collection,
+            fields,
+            offset_field=offset.field,
+            mode=mode,
+            descending=descending,
+            limit=limit,
+            filters=keyset,
+            has_offset=True,
+        )
+
+    # -- indexes ----------------------------------------------------------
+
+    @staticmethod
+    def feed_index_specs(scope_fields: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Index specs that serve every feed query shape.
+
+        Partial on ``is_public: true``; equality fields first, then the sort
+        ``(public_modified, _id)``, which also serves the range on
+        ``public_modified``. One index for real/test feeds and one for
+        ``_all_``; the same pair per scope field.
+        """
+        specs = []
+        for scope in (None, *scope_fields):
+            prefix = [(scope, ASCENDING)] if scope else []
+            tail = [(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)]
+            stem = f"feed_{scope}_" if scope else "feed_"
+            specs.append({"keys": prefix + [("is_test", ASCENDING)] + tail, "name": stem + "mode"})
+            specs.append({"keys": prefix + tail, "name": stem + "all"})
+        for spec in specs:
+            spec["partialFilterExpression"] = {"is_public": True}
+        return specs
+
+    def ensure_feed_indexes(
+        self, collection: Collection, scope_fields: Iterable[str] = ()
+    ) -> list[str]:
+        """Create the feed indexes on ``collection``; returns their names."""
+        names = []
+        for spec in self.feed_index_specs(scope_fields):
+            spec = dict(spec)
+            keys = spec.pop("keys")
+            names.append(collection.create_index(keys, **spec))
+        return names
+
+
+class FeedStore(FeedStoreMixin):
+    """The ready-made store: a pymongo client, a database and the mixin.
+
+    Feed reads go through :meth:`feed_collection` (the configured read
+    preference and read concern, primary by default); writes and reads that
+    must see the latest state go through :meth:`collection`.
+    """
+
+    def __init__(
+        self,
+        client: MongoClient,
+        db_name: str,
+        watermark_seconds: float = 1.0,
+        max_limit: int = 1000,
+        read_preference: str = "primary",
+        read_concern: str = "local",
+        write_concern: str | int = "majority",
+        collections: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client = client
+        self.db = client[db_name]
+        self.watermark_seconds = watermark_seconds
+        self.max_limit = max_limit
+        self.read_preference = make_read_preference(
+            read_pref_mode_from_name(read_preference), None
+        )
+        self.read_concern = ReadConcern(read_concern)
+        self.write_concern = WriteConcern(w=write_concern)
+        self.collections = dict(collections or {})
+
+    @classmethod
+    def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> "FeedStore":
+        """Build a store from parsed settings (``uri`` overrides the settings' one)."""
+        client: MongoClient = MongoClient(
+            uri or settings.uri,
+            serverSelectionTimeoutMS=settings.server_selection_timeout_ms,
+            connectTimeoutMS=settings.server_selection_timeout_ms,
+            tz_aware=True,
+        )
+        return cls(
+            client,
+            settings.db_name,
+            watermark_seconds=settings.watermark_seconds,
+            max_limit=settings.max_limit,
+            read_preference=settings.read_preference,
+            read_concern=settings.read_concern,
+            write_concern=settings.write_concern,
+            collections=settings.collections,
+        )
+
+    def collection(self, name: str) -> Collection:
+        """The collection behind feed ``name`` for writes: primary reads."""
+        return self.db.get_collection(
+            self.collections.get(name, name), write_concern=self.write_concern
+        )
+
+    def feed_collection(self, name: str) -> Collection:
+        """The collection behind feed ``name`` with the feed's read options."""
+        return self.db.get_collection(
+            self.collections.get(name, name),
+            read_preference=self.read_preference,
+            read_concern=self.read_concern,
+        )
+
+    def ping(self) -> bool:
+        """True when the database answers."""
+        try:
+            self.client.admin.command("ping")
+        except PyMongoError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()

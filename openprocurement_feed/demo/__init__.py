@@ -1,0 +1,41 @@
+"""The demo application: a minimal openprocurement-style tender API with a feed.
+
+``main`` is a ``pserve``-compatible app factory (``examples/demo.ini``)::
+
+    POST  {prefix}/tenders        create a tender   → 201
+    GET   {prefix}/tenders/{id}   read a tender     → 200 / 404
+    PATCH {prefix}/tenders/{id}   change a tender   → 200 / 404 / 409
+    GET   {prefix}/tenders        the feed (by the extension)
+
+Each write runs in one multi-document transaction; ``demo.write_delay_ms``
+keeps it open for a random time after the stamp, so writes commit out of
+stamp order as they do in production.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pyramid.config import Configurator
+from pyramid.router import Router
+
+from .settings import DemoSettings, parse_demo_settings
+from .tenders import FEED_FIELDS, add_tender_routes
+
+__all__ = ["DemoSettings", "includeme", "main", "parse_demo_settings"]
+
+
+def includeme(config: Configurator) -> None:
+    """Add the tender routes and the ``tenders`` feed (after the extension)."""
+    import os
+
+    config.include("openprocurement_feed")
+    config.registry.demo_settings = parse_demo_settings(config.registry.settings, os.environ)
+    add_tender_routes(config)
+    config.add_feed("tenders", allowed_fields=FEED_FIELDS)
+
+
+def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
+    """The WSGI application of the demo API."""
+    config = Configurator(settings=settings)
+    config.include(includeme)
+    return config.make_wsgi_app()

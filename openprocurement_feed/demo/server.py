@@ -1,0 +1,67 @@
+"""Serve the demo application on a real HTTP server (waitress) in a thread.
+
+Used by ``openprocurement-feed run``, the race experiment and end-to-end
+tests. Needs the ``embedded`` extra (``waitress``).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+from . import main
+
+
+class DemoServer:
+    """The demo API on ``http://{host}:{port}``, served by waitress.
+
+    ``settings`` are the app's ini settings (``mongodb.uri`` and so on). The
+    embedded database, when the URI asks for it, belongs to the app and is
+    stopped by :meth:`close`.
+    """
+
+    def __init__(
+        self, settings: Mapping[str, Any], host: str = "127.0.0.1", port: int = 0,
+        threads: int = 8,
+    ) -> None:
+        from waitress.server import create_server
+
+        self.app = main({}, **dict(settings))
+        self.registry = self.app.registry
+        self.server = create_server(
+            self.app, host=host, port=port, threads=threads, clear_untrusted_proxy_headers=True,
+            connection_limit=200, channel_timeout=30,
+        )
+        self.host = host
+        self.port = int(self.server.effective_port)
+        self.thread = threading.Thread(target=self.server.run, name="demo-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The server's root URL."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """The URL of the API root (``url`` + ``feed.route_prefix``)."""
+        return self.url + self.registry.feed_settings.route_prefix
+
+    def start(self) -> "DemoServer":
+        """Start serving in a background thread."""
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, close the store and stop an embedded database."""
+        self.server.close()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        self.registry.feed_store.close()
+        embedded = getattr(self.registry, "feed_embedded", None)
+        if embedded is not None:
+            embedded.stop()
+
+    def __enter__(self) -> "DemoServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

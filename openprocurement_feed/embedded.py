@@ -1,0 +1,189 @@
+"""The embedded development database: a SecantusDB server as a child process.
+
+For development, demos and tests only. The ``secantusd-py`` server of the
+``secantusdb`` package (installed by the ``embedded`` extra) runs as a
+separate process on a free loopback port; it is never imported. The child is
+stopped when :meth:`EmbeddedServer.stop` is called, when the interpreter
+exits, and by the kernel if this process dies (``PR_SET_PDEATHSIG`` on Linux).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+log = logging.getLogger(__name__)
+
+EXECUTABLE = "secantusd-py"
+INSTALL_HINT = (
+    "The embedded database needs the 'embedded' extra: "
+    "pip install 'openprocurement_feed[embedded]'"
+)
+
+
+class EmbeddedServerError(RuntimeError):
+    """The embedded server could not be found or did not start."""
+
+
+def find_executable() -> str:
+    """The path of ``secantusd-py``: next to this interpreter, or on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), EXECUTABLE)
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(EXECUTABLE)
+    if not found:
+        raise EmbeddedServerError(f"{EXECUTABLE} was not found. {INSTALL_HINT}")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Ask the kernel to SIGTERM the child when its parent dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class EmbeddedServer:
+    """One SecantusDB server process on 127.0.0.1.
+
+    :param storage_path: the data folder, kept across restarts; None for a
+        throwaway folder removed when the server stops.
+    :param port: a fixed port, or None for a free one.
+    """
+
+    def __init__(
+        self,
+        storage_path: str | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.storage_path = storage_path
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self._tmpdir: str | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        """The ``mongodb://`` URI of the running server."""
+        if self.port is None:
+            raise EmbeddedServerError("The embedded server has not been started")
+        return f"mongodb://{self.host}:{self.port}/?directConnection=true"
+
+    @property
+    def running(self) -> bool:
+        """True while the child process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> "EmbeddedServer":
+        """Start the server and wait until it answers ``ping``."""
+        if self.running:
+            return self
+        executable = find_executable()
+        if self.storage_path:
+            os.makedirs(self.storage_path, exist_ok=True)
+            path = self.storage_path
+        else:
+            self._tmpdir = tempfile.mkdtemp(prefix="openprocurement-feed-db-")
+            path = self._tmpdir
+        if self.port is None:
+            self.port = free_port(self.host)
+        self._log = tempfile.TemporaryFile(prefix="secantusd-log-")
+        command = [
+            executable,
+            "--host", self.host,
+            "--port", str(self.port),
+            "--storage-path", path,
+            "--log-level", "WARNING",
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        atexit.register(self.stop)
+        self._wait_ready()
+        log.info("Embedded database listening on %s (data in %s)", self.uri, path)
+        return self
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-4000:]
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        client: MongoClient = MongoClient(self.uri, serverSelectionTimeoutMS=500)
+        try:
+            while True:
+                if not self.running:
+                    output = self._output()
+                    self.stop()
+                    raise EmbeddedServerError(
+                        f"The embedded database exited during start-up:\n{output}"
+                    )
+                try:
+                    client.admin.command("ping")
+                    return
+                except PyMongoError:
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise EmbeddedServerError(
+                            f"The embedded database did not answer within "
+                            f"{self.startup_timeout:.0f} s"
+                        ) from None
+                    time.sleep(0.1)
+        finally:
+            client.close()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and drop a throwaway folder."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "EmbeddedServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,34 @@
+"""JSON error bodies in the cornice shape and the exception views that use them."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyramid.request import Request
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait while the database is unreachable.
+RETRY_AFTER_SECONDS = 1
+
+
+def error_body(location: str, name: str, description: str) -> dict[str, Any]:
+    """``{"status": "error", "errors": [{location, name, description}]}``."""
+    return {
+        "status": "error",
+        "errors": [{"location": location, "name": name, "description": description}],
+    }
+
+
+def conflict_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """409 for a write whose ``_rev`` was stale."""
+    request.response.status = 409
+    return error_body("body", "data", f"Conflict: {exc}; re-read and retry")
+
+
+def database_unavailable_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """503 while the database cannot be reached (no traceback to the client)."""
+    log.warning("Database unavailable for %s %s: %s", request.method, request.path, exc)
+    request.response.status = 503
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body("body", "database", "The database is unavailable; retry later")

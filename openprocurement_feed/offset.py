@@ -1,0 +1,113 @@
+"""The feed cursor codec: pure functions, no I/O.
+
+An offset is written as ``"{pm}.{n}.{h}"``: ``pm`` is ``repr(float)`` of the
+boundary item's ``public_modified``, ``n`` the number of items *in the page*
+that share that exact value and ``h`` the hex md5 of their ids, sorted and
+concatenated. Older forms are still read: a bare float, a legacy ``public_ts``
+offset (``"{seconds}.{10-digit increment}"``) and a legacy ISO-8601 date.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Union
+
+from bson.timestamp import Timestamp
+
+OffsetValue = Union[float, Timestamp]
+
+INTEGER_RE = re.compile(r"\d+", re.ASCII)
+SIGNED_INTEGER_RE = re.compile(r"[+-]?\d+", re.ASCII)
+LEGACY_INCREMENT_RE = re.compile(r"\d{10}", re.ASCII)
+MAX_RAW_LENGTH = 256
+
+
+class InvalidOffset(ValueError):
+    """The ``offset`` query parameter cannot be read; ``raw`` is what was sent."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__(f"Invalid offset provided: {raw}")
+        self.raw = raw
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A parsed cursor.
+
+    ``value`` is a ``public_modified`` float or, for legacy offsets, a
+    :class:`bson.Timestamp` read on ``field`` ``public_ts``. ``count`` and
+    ``digest`` describe the items of the previous page at exactly ``value``
+    (``count == 0`` means the offset is exclusive).
+    """
+
+    value: OffsetValue
+    count: int = 0
+    digest: str = ""
+    field: str = "public_modified"
+
+
+def ids_digest(ids: Iterable[str]) -> str:
+    """The hex md5 of the ids sorted and concatenated (the ``h`` part)."""
+    return hashlib.md5("".join(sorted(ids)).encode("utf-8")).hexdigest()
+
+
+def compose_offset(value: float, ids_at_value: Iterable[str]) -> str:
+    """Write the offset for a page whose boundary item has ``value``.
+
+    ``ids_at_value`` are the ids of the page's items whose ``public_modified``
+    equals ``value`` exactly (the boundary item included).
+    """
+    ids = list(ids_at_value)
+    return f"{float(value)!r}.{len(ids)}.{ids_digest(ids)}"
+
+
+def _parse_iso(raw: str) -> float:
+    text = raw.replace(" ", "+")
+    if len(text) < 10 or not text[:4].isdigit():
+        raise ValueError(raw)
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def parse_offset(raw: str, max_count: int = 1000) -> Offset:
+    """Read an offset sent by a client.
+
+    :param raw: the query parameter as received.
+    :param max_count: the upper bound of ``n`` (the feed's ``max_limit``): a
+        larger count is clamped, a negative one becomes 0.
+    :raises InvalidOffset: when no known format matches.
+    """
+    if not raw or len(raw) > MAX_RAW_LENGTH or not raw.isprintable():
+        raise InvalidOffset(raw)
+    parts = raw.split(".")
+    count, digest = 0, ""
+    if len(parts) == 4:
+        if not SIGNED_INTEGER_RE.fullmatch(parts[2]):
+            raise InvalidOffset(raw)
+        count = min(max(int(parts[2]), 0), max_count)
+        digest = parts[3]
+    if len(parts) in (2, 4) and INTEGER_RE.fullmatch(parts[0]) and INTEGER_RE.fullmatch(parts[1]):
+        if LEGACY_INCREMENT_RE.fullmatch(parts[1]):
+            try:
+                stamp = Timestamp(int(parts[0]), int(parts[1]))
+            except (TypeError, ValueError, OverflowError):
+                raise InvalidOffset(raw) from None
+            return Offset(stamp, field="public_ts")
+        value = float(parts[0] + "." + parts[1])
+        if math.isfinite(value):
+            return Offset(value, count, digest if count else "")
+        raise InvalidOffset(raw)
+    if len(parts) == 1 and INTEGER_RE.fullmatch(parts[0]):
+        value = float(parts[0])
+        if math.isfinite(value):
+            return Offset(value)
+        raise InvalidOffset(raw)
+    try:
+        return Offset(_parse_iso(raw))
+    except (ValueError, OverflowError, OSError):
+        raise InvalidOffset(raw) from None

@@ -1,0 +1,120 @@
+"""Feed query parameters: parsing, validation and the echo used in page links.
+
+Pure functions over a multi-dict of query parameters; nothing here touches the
+database or Pyramid, so the rules of the protocol can be read (and tested) in
+one place.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
+
+from .offset import InvalidOffset, Offset, parse_offset
+
+INTEGER_RE = re.compile(r"\s*([+-]?)(\d+)\s*", re.ASCII)
+
+
+class ParamError(ValueError):
+    """A query parameter was rejected: ``name`` and ``description`` go into the
+    JSON error body, ``status`` is the HTTP status of the response."""
+
+    def __init__(self, name: str, description: str, status: int = 400) -> None:
+        super().__init__(description)
+        self.name = name
+        self.description = description
+        self.status = status
+
+
+@dataclass(frozen=True)
+class FeedParams:
+    """What a feed request asked for, validated.
+
+    ``raw_offset`` and ``raw_limit`` keep what the client sent (links echo
+    the offset unchanged on an empty page and the clamped limit).
+    """
+
+    limit: int
+    limit_given: bool = False
+    offset: Offset | None = None
+    raw_offset: str = ""
+    descending: bool = False
+    opt_fields: tuple[str, ...] = ()
+    mode: str = ""
+
+    def link_params(self, offset: str, flip: bool = False) -> dict[str, str]:
+        """The query parameters of a page link, sorted by name."""
+        params: dict[str, str] = {}
+        if self.limit_given:
+            params["limit"] = str(self.limit)
+        if self.descending != flip:
+            params["descending"] = "1"
+        if self.opt_fields:
+            params["opt_fields"] = ",".join(self.opt_fields)
+        if self.mode:
+            params["mode"] = self.mode
+        params["offset"] = offset
+        return dict(sorted(params.items()))
+
+    def flipped(self) -> "FeedParams":
+        """The same request in the other direction."""
+        return replace(self, descending=not self.descending)
+
+
+def parse_limit(raw: str | None, default: int, maximum: int) -> tuple[int, bool]:
+    """``limit``: an integer clamped to ``[1, maximum]``; empty → ``default``."""
+    if raw is None or raw == "":
+        return default, False
+    match = INTEGER_RE.fullmatch(raw)
+    if not match:
+        raise ParamError("limit", f"Invalid limit provided: {raw}; expected an integer")
+    sign, digits = match.groups()
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 18:  # far beyond any maximum: clamp without int()
+        return (1 if sign == "-" else maximum), True
+    return min(max(int(sign + digits), 1), maximum), True
+
+
+def parse_opt_fields(
+    raw: str | None, allowed: Iterable[str], default: Iterable[str]
+) -> tuple[str, ...]:
+    """``opt_fields``: a comma list intersected with the allowed fields,
+    unknown names dropped; sorted, without the feed's default fields."""
+    if not raw:
+        return ()
+    wanted = {name.strip() for name in raw.split(",")}
+    return tuple(sorted((wanted & set(allowed)) - set(default)))
+
+
+def parse_params(
+    query: Mapping[str, str],
+    *,
+    default_limit: int,
+    max_limit: int,
+    allowed_fields: Iterable[str],
+    default_fields: Iterable[str],
+) -> FeedParams:
+    """Validate the query string of a feed request.
+
+    ``query`` maps a name to its (last) value. Unknown parameters are ignored,
+    ``feed=changes`` included.
+
+    :raises ParamError: for an invalid ``limit`` (400) or ``offset`` (404).
+    """
+    limit, limit_given = parse_limit(query.get("limit"), default_limit, max_limit)
+    raw_offset = query.get("offset", "") or ""
+    offset = None
+    if raw_offset:
+        try:
+            offset = parse_offset(raw_offset, max_count=max_limit)
+        except InvalidOffset as error:
+            raise ParamError("offset", str(error), status=404) from None
+    return FeedParams(
+        limit=limit,
+        limit_given=limit_given,
+        offset=offset,
+        raw_offset=raw_offset,
+        descending=bool(query.get("descending")),
+        opt_fields=parse_opt_fields(query.get("opt_fields"), allowed_fields, default_fields),
+        mode=query.get("mode", "") or "",
+    )

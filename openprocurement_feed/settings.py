@@ -1,0 +1,264 @@
+"""Typed settings of the feed extension, parsed once from the Pyramid registry.
+
+Every setting lives in the ini file under a prefix (``mongodb.*`` or
+``feed.*``) and can be overridden by an environment variable. Parsing is a set
+of pure functions: :func:`parse_settings` takes the settings mapping and an
+environment mapping and returns a frozen :class:`FeedSettings`, or raises a
+:class:`pyramid.exceptions.ConfigurationError` that names the setting, the
+value it got and what is allowed.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, TypeVar
+
+from pyramid.exceptions import ConfigurationError
+
+T = TypeVar("T")
+
+READ_PREFERENCES = (
+    "primary",
+    "primaryPreferred",
+    "secondary",
+    "secondaryPreferred",
+    "nearest",
+)
+READ_CONCERNS = ("local", "available", "majority", "linearizable", "snapshot")
+EMBEDDED_SCHEME = "embedded://"
+ROUTE_PREFIX_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*$")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One known setting: its ini key, its environment variable, its default."""
+
+    key: str
+    env: str
+    default: str | None
+
+
+SETTINGS = {
+    "uri": Setting("mongodb.uri", "MONGODB_URI", None),
+    "db_name": Setting("mongodb.db_name", "DB_NAME", "openprocurement"),
+    "read_preference": Setting(
+        "mongodb.read_preference", "MONGODB_READ_PREFERENCE", "primary"
+    ),
+    "write_concern": Setting("mongodb.write_concern", "MONGODB_WRITE_CONCERN", "majority"),
+    "read_concern": Setting("mongodb.read_concern", "MONGODB_READ_CONCERN", "local"),
+    "server_selection_timeout_ms": Setting(
+        "mongodb.server_selection_timeout_ms",
+        "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
+        "5000",
+    ),
+    "watermark_seconds": Setting(
+        "feed.watermark_seconds", "FEED_WATERMARK_SECONDS", "1"
+    ),
+    "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5"),
+    "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
+    "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
+    "resources": Setting("feed.resources", "FEED_RESOURCES", ""),
+}
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """The parsed, validated settings of the extension.
+
+    ``collections`` maps a feed name to its collection name; names without an
+    explicit ``mongodb.<name>_collection`` use the feed name itself.
+    """
+
+    uri: str
+    db_name: str = "openprocurement"
+    read_preference: str = "primary"
+    write_concern: str | int = "majority"
+    read_concern: str = "local"
+    server_selection_timeout_ms: int = 5000
+    watermark_seconds: float = 1.0
+    route_prefix: str = "/api/2.5"
+    default_limit: int = 100
+    max_limit: int = 1000
+    resources: tuple[str, ...] = ()
+    collections: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        """True when the URI asks for the embedded development server."""
+        return self.uri.startswith(EMBEDDED_SCHEME)
+
+    @property
+    def embedded_path(self) -> str | None:
+        """The data folder of the embedded server, or None for a throwaway one."""
+        if not self.embedded:
+            return None
+        return self.uri[len(EMBEDDED_SCHEME):] or None
+
+    def collection_name(self, name: str) -> str:
+        """The collection that stores the documents of feed ``name``."""
+        return self.collections.get(name, name)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> "FeedSettings":
+        """Parse ``settings`` (a Pyramid settings mapping) with env overrides."""
+        return parse_settings(settings, environ)
+
+
+def _raw(name: str, settings: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """Return ``(where, value)`` for a setting: the env var wins over the ini."""
+    spec = SETTINGS[name]
+    if spec.env in environ and environ[spec.env] != "":
+        return f"environment variable {spec.env}", environ[spec.env]
+    value = settings.get(spec.key)
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return f"setting {spec.key!r}", spec.default
+    return f"setting {spec.key!r}", str(value).strip()
+
+
+def _fail(where: str, value: Any, allowed: str) -> ConfigurationError:
+    return ConfigurationError(f"Invalid {where}: {value!r}; {allowed}.")
+
+
+def _number(parse: Callable[[str], T], where: str, value: str, allowed: str) -> T:
+    try:
+        return parse(value)
+    except (TypeError, ValueError):
+        raise _fail(where, value, allowed) from None
+
+
+def parse_uri(where: str, value: str | None) -> str:
+    """Validate the database URI: a ``mongodb://`` or ``mongodb+srv://`` URI,
+    or ``embedded://`` (optionally ``embedded:///data/dir``)."""
+    if not value:
+        raise ConfigurationError(
+            f"Missing {where}: set mongodb.uri in the ini file or the MONGODB_URI "
+            "environment variable to a mongodb:// URI, or to embedded:// for the "
+            "embedded development server."
+        )
+    if value.startswith(EMBEDDED_SCHEME):
+        return value
+    if not (value.startswith("mongodb://") or value.startswith("mongodb+srv://")):
+        raise _fail(
+            where, value, "expected a mongodb:// or mongodb+srv:// URI, or embedded://"
+        )
+    return value
+
+
+def parse_watermark(where: str, value: str) -> float:
+    """The watermark in seconds: a finite float >= 0 (0 disables it)."""
+    allowed = "expected a number of seconds >= 0 (0 disables the watermark)"
+    seconds = _number(float, where, value, allowed)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _fail(where, value, allowed)
+    return seconds
+
+
+def parse_positive_int(where: str, value: str, upper: int | None = None) -> int:
+    """An integer >= 1 (and <= ``upper`` when given)."""
+    allowed = "expected an integer >= 1" + (f" and <= {upper}" if upper else "")
+    number = _number(int, where, value, allowed)
+    if number < 1 or (upper is not None and number > upper):
+        raise _fail(where, value, allowed)
+    return number
+
+
+def parse_write_concern(where: str, value: str) -> str | int:
+    """``majority``, a tag set name, or a non-negative number of nodes."""
+    if value.isdigit():
+        return int(value)
+    if not value or not NAME_RE.match(value.replace("-", "_")):
+        raise _fail(where, value, "expected 'majority', a number of nodes or a tag set name")
+    return value
+
+
+def parse_choice(where: str, value: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, exactly."""
+    if value not in choices:
+        raise _fail(where, value, "expected one of " + ", ".join(choices))
+    return value
+
+
+def parse_route_prefix(where: str, value: str) -> str:
+    """A URL path prefix such as ``/api/2.5`` (no trailing slash; may be empty)."""
+    prefix = value.rstrip("/")
+    if not ROUTE_PREFIX_RE.match(prefix):
+        raise _fail(where, value, "expected a path such as /api/2.5")
+    return prefix
+
+
+def parse_names(where: str, value: str) -> tuple[str, ...]:
+    """A whitespace- or comma-separated list of feed names."""
+    names = tuple(n for n in re.split(r"[\s,]+", value or "") if n)
+    for name in names:
+        if not NAME_RE.match(name):
+            raise _fail(where, name, "expected feed names made of letters, digits and _")
+    if len(set(names)) != len(names):
+        raise _fail(where, value, "expected each feed name once")
+    return names
+
+
+def parse_collections(
+    settings: Mapping[str, Any], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """Collect ``mongodb.<name>_collection`` settings (env ``MONGODB_<NAME>_COLLECTION``)."""
+    found: dict[str, str] = {}
+    for key, value in settings.items():
+        if key.startswith("mongodb.") and key.endswith("_collection"):
+            found[key[len("mongodb."):-len("_collection")]] = str(value).strip()
+    for key, value in environ.items():
+        if key.startswith("MONGODB_") and key.endswith("_COLLECTION") and value:
+            found[key[len("MONGODB_"):-len("_COLLECTION")].lower()] = value.strip()
+    for name, collection in found.items():
+        if not collection or "$" in collection or "\x00" in collection:
+            raise _fail(
+                f"setting 'mongodb.{name}_collection'",
+                collection,
+                "expected a collection name without '$'",
+            )
+    return found
+
+
+def parse_settings(
+    settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> FeedSettings:
+    """Build :class:`FeedSettings` from a settings mapping and an environment.
+
+    :raises pyramid.exceptions.ConfigurationError: for a missing or bad value.
+    """
+    env: Mapping[str, str] = environ if environ is not None else {}
+
+    def raw(name: str) -> tuple[str, str]:
+        where, value = _raw(name, settings, env)
+        return where, value  # type: ignore[return-value]
+
+    uri = parse_uri(*_raw("uri", settings, env))
+    where, db_name = raw("db_name")
+    if not db_name or any(c in db_name for c in '/\\. "$\x00'):
+        raise _fail(where, db_name, "expected a database name without / \\ . \" $ or spaces")
+    max_limit = parse_positive_int(*raw("max_limit"))
+    default_where, default_value = raw("default_limit")
+    default_limit = parse_positive_int(default_where, default_value)
+    if default_limit > max_limit:
+        raise _fail(
+            default_where, default_value, f"expected at most feed.max_limit ({max_limit})"
+        )
+    return FeedSettings(
+        uri=uri,
+        db_name=db_name,
+        read_preference=parse_choice(*raw("read_preference"), READ_PREFERENCES),
+        write_concern=parse_write_concern(*raw("write_concern")),
+        read_concern=parse_choice(*raw("read_concern"), READ_CONCERNS),
+        server_selection_timeout_ms=parse_positive_int(
+            *raw("server_selection_timeout_ms"), upper=600_000
+        ),
+        watermark_seconds=parse_watermark(*raw("watermark_seconds")),
+        route_prefix=parse_route_prefix(*raw("route_prefix")),
+        default_limit=default_limit,
+        max_limit=max_limit,
+        resources=parse_names(*raw("resources")),
+        collections=parse_collections(settings, env),
+    )

@@ -1,0 +1,223 @@
+"""The feed views: query parameters → ``store.feed_page()`` → page and links.
+
+:func:`add_feed` is the ``config.add_feed`` directive. Each feed is a cornice
+service ``GET {route_prefix}/{path}``; the view never builds a database
+filter beyond the scope equality, and the store never sees HTTP.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+from urllib.parse import urlencode
+
+from cornice import Service
+from pyramid.config import Configurator
+from pyramid.request import Request
+
+from .database import PUBLIC_MODIFIED
+from .offset import compose_offset
+from .params import FeedParams, ParamError, parse_params
+
+DISCRIMINATOR = "openprocurement_feed.feed"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FeedDefinition:
+    """One registered feed.
+
+    ``scope`` names a route parameter whose value filters the feed on the
+    document field ``scope_field`` (the same name unless given).
+    """
+
+    name: str
+    path: str
+    collection: str
+    default_fields: tuple[str, ...] = ("dateModified",)
+    allowed_fields: tuple[str, ...] = ()
+    scope: str | None = None
+    scope_field: str | None = None
+    permission: str | None = None
+    projection: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
+        object.__setattr__(self, "allowed_fields", tuple(sorted(allowed)))
+        object.__setattr__(self, "projection", tuple(sorted(allowed)))
+
+    @property
+    def filter_field(self) -> str | None:
+        """The document field the scope filters on."""
+        return self.scope_field or self.scope
+
+
+def _boundary_ids(rows: Sequence[dict[str, Any]], value: float) -> list[str]:
+    return [row["_id"] for row in rows if row.get(PUBLIC_MODIFIED) == value]
+
+
+def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str) -> tuple[str, str]:
+    """The ``(next, prev)`` offsets of a page: its last and first items'.
+
+    An empty page echoes the request's offset in both.
+    """
+    if not rows:
+        return raw_offset, raw_offset
+    last = rows[-1][PUBLIC_MODIFIED]
+    first = rows[0][PUBLIC_MODIFIED]
+    return (
+        compose_offset(last, _boundary_ids(rows, last)),
+        compose_offset(first, _boundary_ids(rows, first)),
+    )
+
+
+def page_link(request: Request, params: dict[str, str]) -> dict[str, str]:
+    """A ``{"offset", "path", "uri"}`` link to the current route with ``params``."""
+    path = request.path + "?" + urlencode(params)
+    return {"offset": params["offset"], "path": path, "uri": request.host_url + path}
+
+
+def render_item(row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """A feed item: ``id`` and the requested fields the document has."""
+    item: dict[str, Any] = {"id": row["_id"]}
+    for name in fields:
+        if name in row:
+            item[name] = row[name]
+    return item
+
+
+def render_page(
+    request: Request,
+    feed: FeedDefinition,
+    params: FeedParams,
+    rows: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The JSON body of a feed page (SPEC A, "Response 200")."""
+    fields = tuple(feed.default_fields) + params.opt_fields
+    next_offset, prev_offset = page_offsets(rows, params.raw_offset)
+    body: dict[str, Any] = {
+        "data": [render_item(row, fields) for row in rows],
+        "next_page": page_link(request, params.link_params(next_offset)),
+    }
+    if params.descending or params.raw_offset:
+        body["prev_page"] = page_link(request, params.link_params(prev_offset, flip=True))
+    return body
+
+
+def _last_values(request: Request) -> dict[str, str]:
+    """Each query parameter's last value (repeated parameters: the last wins)."""
+    return {key: request.GET.getall(key)[-1] for key in request.GET.keys()}
+
+
+def feed_validator(feed: FeedDefinition) -> Callable[..., None]:
+    """A cornice validator that parses the feed's query string into
+    ``request.validated["feed_params"]``, or adds a precise error."""
+
+    def validate(request: Request, **kwargs: Any) -> None:
+        settings = request.registry.feed_settings
+        try:
+            request.validated["feed_params"] = parse_params(
+                _last_values(request),
+                default_limit=settings.default_limit,
+                max_limit=settings.max_limit,
+                allowed_fields=feed.allowed_fields,
+                default_fields=feed.default_fields,
+            )
+        except ParamError as error:
+            request.errors.add("querystring", error.name, error.description)
+            request.errors.status = error.status
+
+    return validate
+
+
+def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
+    """The ``GET`` view of one feed."""
+
+    def view(request: Request) -> dict[str, Any]:
+        params: FeedParams = request.validated["feed_params"]
+        filters = None
+        if feed.scope:
+            filters = {feed.filter_field: request.matchdict[feed.scope]}
+        store = request.feed_store
+        rows = store.feed_page(
+            store.feed_collection(feed.collection),
+            feed.projection,
+            offset=params.offset,
+            mode=params.mode,
+            descending=params.descending,
+            limit=params.limit,
+            filters=filters,
+        )
+        return render_page(request, feed, params, rows)
+
+    return view
+
+
+def add_feed(
+    config: Configurator,
+    name: str,
+    path: str | None = None,
+    collection: str | None = None,
+    default_fields: Sequence[str] = ("dateModified",),
+    allowed_fields: Sequence[str] = (),
+    scope: str | None = None,
+    scope_field: str | None = None,
+    permission: str | None = None,
+) -> FeedDefinition:
+    """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
+
+    :param path: the path under the route prefix (default: ``name``); with a
+        ``scope``, it must contain ``{scope}``, e.g.
+        ``frameworks/{frameworkID}/submissions``.
+    :param collection: the feed's collection name (default: the
+        ``mongodb.<name>_collection`` setting, else ``name``).
+    :param default_fields: fields every item carries besides ``id``.
+    :param allowed_fields: extra fields clients may ask for with
+        ``opt_fields`` (``public_modified`` is always allowed).
+    :param scope: a route parameter that filters the feed.
+    :param permission: the Pyramid permission the view requires.
+
+    Registering the same ``name`` twice is a configuration conflict.
+    """
+    settings = config.registry.feed_settings
+    path = (path or name).strip("/")
+    if scope and "{" + scope + "}" not in path:
+        raise ValueError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
+    feed = FeedDefinition(
+        name=name,
+        path=path,
+        collection=collection or settings.collection_name(name),
+        default_fields=tuple(default_fields),
+        allowed_fields=tuple(allowed_fields),
+        scope=scope,
+        scope_field=scope_field,
+        permission=permission,
+    )
+    service = Service(
+        name=f"openprocurement_feed.{name}",
+        path=f"{settings.route_prefix}/{feed.path}",
+        description=f"The {name} feed",
+    )
+    service.add_view(
+        "GET",
+        feed_view(feed),
+        validators=(feed_validator(feed),),
+        permission=permission,
+        renderer="json",
+    )
+    config.add_cornice_service(service)
+
+    def create_indexes() -> None:
+        store = config.registry.feed_store
+        try:
+            store.ensure_feed_indexes(
+                store.collection(feed.collection),
+                [feed.filter_field] if feed.filter_field else [],
+            )
+        except Exception as error:  # the feed works without them, only slower
+            log.warning(
+                "Could not create the indexes of feed %r: %s", name, error
+            )
+
+    config.action((DISCRIMINATOR, name), create_indexes, introspectables=())
+    return feed

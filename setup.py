@@ -1,0 +1,58 @@
+"""Packaging for openprocurement_feed."""
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.abspath(os.path.dirname(__file__))
+
+
+def read(name: str) -> str:
+    with open(os.path.join(HERE, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+EMBEDDED = ["secantusdb>=0.7.0b3", "waitress>=2.1"]
+CLIENT = ["requests>=2.31", "tenacity>=8.2", "tqdm>=4.66"]
+DOCS = ["sphinx>=7"]
+TEST = [
+    "pytest>=7.4",
+    "pytest-timeout>=2.2",
+    "webtest>=3.0",
+    "hypothesis>=6.90",
+] + EMBEDDED + CLIENT + DOCS
+
+setup(
+    name="openprocurement_feed",
+    version="0.1.0.dev0",
+    description=(
+        "A paginated feed for openprocurement-style Pyramid APIs that never "
+        "loses a document"
+    ),
+    long_description=read("README.rst") + "\n\n" + read("CHANGES.rst"),
+    long_description_content_type="text/x-rst",
+    classifiers=[
+        "Framework :: Pyramid",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "License :: OSI Approved :: Apache Software License",
+        "Topic :: Internet :: WWW/HTTP :: WSGI :: Application",
+        "Topic :: Database",
+    ],
+    keywords="pyramid mongodb feed pagination openprocurement watermark",
+    license="Apache-2.0",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    include_package_data=True,
+    zip_safe=False,
+    python_requires=">=3.11",
+    install_requires=["pyramid>=2.0", "cornice>=6.0", "pymongo>=4.6"],
+    extras_require={
+        "embedded": EMBEDDED,
+        "client": CLIENT,
+        "docs": DOCS,
+        "test": TEST,
+    },
+    entry_points={
+        "paste.app_factory": ["demo = openprocurement_feed.demo:main"],
+        "console_scripts": ["openprocurement-feed = openprocurement_feed.cli:main"],
+    },
+)
