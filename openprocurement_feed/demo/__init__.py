@@ -28,8 +28,9 @@ def includeme(config: Configurator) -> None:
     """Add the tender routes and the ``tenders`` feed (after the extension)."""
     import os
 
+    demo_settings = parse_demo_settings(config.registry.settings or {}, os.environ)
     config.include("openprocurement_feed")
-    config.registry.demo_settings = parse_demo_settings(config.registry.settings, os.environ)
+    config.registry.demo_settings = demo_settings
     add_tender_routes(config)
     config.add_feed("tenders", allowed_fields=FEED_FIELDS)
 

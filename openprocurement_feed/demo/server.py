@@ -27,10 +27,14 @@ class DemoServer:
 
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
-        self.server = create_server(
-            self.app, host=host, port=port, threads=threads, clear_untrusted_proxy_headers=True,
-            connection_limit=200, channel_timeout=30,
-        )
+        try:
+            self.server = create_server(
+                self.app, host=host, port=port, threads=threads,
+                clear_untrusted_proxy_headers=True, connection_limit=200, channel_timeout=30,
+            )
+        except BaseException:
+            self._close_app()
+            raise
         self.host = host
         self.port = int(self.server.effective_port)
         self.thread = threading.Thread(target=self.server.run, name="demo-http", daemon=True)
@@ -55,6 +59,9 @@ class DemoServer:
         self.server.close()
         if self.thread.is_alive():
             self.thread.join(timeout=10)
+        self._close_app()
+
+    def _close_app(self) -> None:
         self.registry.feed_store.close()
         embedded = getattr(self.registry, "feed_embedded", None)
         if embedded is not None:

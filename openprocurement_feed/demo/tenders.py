@@ -1,6 +1,7 @@
 """Tender create, read and patch views of the demo API."""
 from __future__ import annotations
 
+import math
 import random
 import time
 import uuid
@@ -24,6 +25,9 @@ RESERVED = frozenset(
 )
 STATUSES = ("draft", "active", "complete", "cancelled", "unsuccessful", "deleted")
 TRANSIENT_RETRIES = 5
+#: The deepest nesting a tender body may have.
+MAX_DEPTH = 32
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BadRequest(ValueError):
@@ -51,11 +55,34 @@ def public_view(doc: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def check_storable(value: Any, path: str = "data", depth: int = 0) -> None:
+    """Refuse what JSON allows but the database or a JSON reply cannot hold:
+    integers beyond 64 bits, NaN and infinities, NUL in keys, deep nesting."""
+    if depth > MAX_DEPTH:
+        raise BadRequest("data", f"{path}: nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise BadRequest("data", f"{path}: integer out of the 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadRequest("data", f"{path}: numbers must be finite")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                raise BadRequest("data", f"{path}: a key contains a NUL character")
+            check_storable(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            check_storable(item, f"{path}[{number}]", depth + 1)
+
+
 def read_data(request: Request) -> dict[str, Any]:
     """The ``data`` object of a JSON body, with its fields checked."""
     try:
         body = request.json_body
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         raise BadRequest("body", f"Expecting a JSON body: {error}") from None
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
         raise BadRequest("data", "Expecting an object {\"data\": {...}}")
@@ -67,6 +94,7 @@ def read_data(request: Request) -> dict[str, Any]:
         raise BadRequest("status", f"Value must be one of {', '.join(STATUSES)}")
     if "mode" in data and data["mode"] != "test":
         raise BadRequest("mode", "Value must be 'test'")
+    check_storable(data)
     return data
 
 
