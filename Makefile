@@ -10,7 +10,7 @@ ARGS ?=
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools<81" wheel
 
 $(STAMP_RUN): $(BIN)/python setup.py
 	$(BIN)/python -m pip install --quiet -e '.[embedded,client]'

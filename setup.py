@@ -15,6 +15,7 @@ EMBEDDED = ["secantusdb>=0.7.0b3", "waitress>=2.1"]
 CLIENT = ["requests>=2.31", "tenacity>=8.2", "tqdm>=4.66"]
 DOCS = ["sphinx>=7"]
 TEST = [
+    "build>=1.0",
     "pytest>=7.4",
     "pytest-timeout>=2.2",
     "webtest>=3.0",

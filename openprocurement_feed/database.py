@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 
 PUBLIC_MODIFIED = "public_modified"
 PUBLIC_TS = "public_ts"
-#: ``$$NOW`` in seconds with millisecond resolution, evaluated by the server.
-NOW_SECONDS: dict[str, Any] = {"$divide": [{"$toLong": "$$NOW"}, 1000]}
+
+
+def now_seconds() -> dict[str, Any]:
+    """``$$NOW`` in seconds with millisecond resolution, evaluated by the server."""
+    return {"$divide": [{"$toLong": "$$NOW"}, 1000]}
+
 HIDDEN_STATUSES = ("draft", "deleted")
 
 
@@ -109,7 +113,7 @@ class FeedStoreMixin:
         doc["is_test"] = doc.get("mode") == "test"
         pipeline: list[dict[str, Any]] = [{"$replaceWith": {"$literal": doc}}]
         if modified:
-            pipeline.append({"$set": {PUBLIC_MODIFIED: NOW_SECONDS}})
+            pipeline.append({"$set": {PUBLIC_MODIFIED: now_seconds()}})
         elif PUBLIC_MODIFIED not in doc:
             raise ValueError("save_data(modified=False) needs a 'public_modified'")
         try:
@@ -135,7 +139,7 @@ class FeedStoreMixin:
         return {
             "$lte": [
                 f"${field}",
-                {"$subtract": [NOW_SECONDS, self.watermark_seconds]},
+                {"$subtract": [now_seconds(), self.watermark_seconds]},
             ]
         }
 

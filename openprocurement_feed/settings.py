@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -40,7 +41,7 @@ class Setting:
     default: str | None
 
 
-SETTINGS = {
+SETTINGS: Mapping[str, Setting] = MappingProxyType({
     "uri": Setting("mongodb.uri", "MONGODB_URI", None),
     "db_name": Setting("mongodb.db_name", "DB_NAME", "openprocurement"),
     "read_preference": Setting(
@@ -60,7 +61,7 @@ SETTINGS = {
     "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
     "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
     "resources": Setting("feed.resources", "FEED_RESOURCES", ""),
-}
+})
 
 
 @dataclass(frozen=True)
