@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 ARGS ?=
 
-.PHONY: run test docs race bench check-feed clean dist
+.PHONY: run test docs race bench load check-feed clean dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,14 @@ docs: $(STAMP_TEST)
 race: $(STAMP_RUN)
 	$(BIN)/openprocurement-feed race $(ARGS)
 
+check-feed: $(STAMP_RUN)
+	$(BIN)/openprocurement-feed check $(ARGS)
+
 bench: $(STAMP_TEST)
 	$(BIN)/python -m benchmarks $(ARGS)
+
+load: $(STAMP_TEST)
+	$(BIN)/python -m benchmarks load $(ARGS)
 
 dist: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet build

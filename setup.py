@@ -41,7 +41,7 @@ setup(
     ],
     keywords="pyramid mongodb feed pagination openprocurement watermark",
     license="Apache-2.0",
-    packages=find_packages(exclude=["tests", "tests.*"]),
+    packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
     include_package_data=True,
     zip_safe=False,
     python_requires=">=3.11",

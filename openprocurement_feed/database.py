@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import read_pref_mode_from_name
 from pymongo.read_preferences import make_read_preference
@@ -34,6 +34,8 @@ def now_seconds() -> dict[str, Any]:
     return {"$divide": [{"$toLong": "$$NOW"}, 1000]}
 
 HIDDEN_STATUSES = ("draft", "deleted")
+#: The server's error code for an index that exists under another name.
+INDEX_OPTIONS_CONFLICT = 85
 
 
 class ConflictError(Exception):
@@ -346,7 +348,13 @@ class FeedStoreMixin:
         for spec in self.feed_index_specs(scope_fields):
             spec = dict(spec)
             keys = spec.pop("keys")
-            names.append(collection.create_index(keys, **spec))
+            try:
+                names.append(collection.create_index(keys, **spec))
+            except OperationFailure as error:
+                if error.code != INDEX_OPTIONS_CONFLICT:
+                    raise
+                # The same keys are indexed under another name: keep going.
+                log.warning("Feed index %s not created: %s", spec["name"], error)
         return names
 
 

@@ -141,7 +141,7 @@ def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
         store = request.feed_store
         rows = store.feed_page(
             store.feed_collection(feed.collection),
-            feed.projection,
+            feed.default_fields + params.opt_fields,  # only what the page shows
             offset=params.offset,
             mode=params.mode,
             descending=params.descending,

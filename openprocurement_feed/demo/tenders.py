@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 from pyramid.config import Configurator
 from pyramid.request import Request
 
@@ -118,7 +118,8 @@ def _delay(request: Request) -> None:
 def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | None]) -> dict[str, Any] | None:
     """Run ``write(session)`` in a transaction that stays open for the write
     delay after the stamp; transient errors are retried, then reported as
-    a conflict."""
+    a conflict. A lost connection is not retried: it is reported at once
+    (503 by the extension's error view)."""
     store: FeedStore = request.feed_store
     for attempt in range(TRANSIENT_RETRIES):
         try:
@@ -132,6 +133,10 @@ def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | Non
             if not error.has_error_label("TransientTransactionError"):
                 raise
             time.sleep(0.005 * (attempt + 1))
+        except ConnectionFailure:
+            # Unreachable database: answer 503 now (the client retries after
+            # Retry-After) instead of waiting out one server selection per retry.
+            raise
         except PyMongoError as error:
             if not error.has_error_label("TransientTransactionError"):
                 raise

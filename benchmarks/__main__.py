@@ -1,0 +1,85 @@
+"""``python -m benchmarks [PART] [options]``: print the figures of the feed.
+
+Parts: ``cost`` (what the extension adds to a feed page), ``plans`` (the
+query plan of every feed query shape), ``codec`` (offset parse/compose
+throughput), ``load`` (sustained load: crawlers and writers at once). Without
+a part, ``cost``, ``plans`` and ``codec`` run (``make bench``); ``make load``
+runs ``load``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
+
+PARTS = ("cost", "plans", "codec")
+
+
+def document_count(value: str) -> int:
+    """A number of sample documents, 10-20000 (the embedded server sorts in memory)."""
+    number = positive_int(value)
+    if not 10 <= number <= 20_000:
+        raise argparse.ArgumentTypeError(f"expected 10 to 20000 documents, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load",), default="all",
+                        help="what to measure (default: cost, plans and codec)")
+    parser.add_argument("--docs", type=document_count, default=3000,
+                        help="sample tenders for cost and plans (default: %(default)s)")
+    parser.add_argument("--repeat", type=positive_int, default=30,
+                        help="timed runs per way and page size for cost (default: %(default)s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="cost: also print a cProfile of the in-process requests")
+    load = parser.add_argument_group("load")
+    load.add_argument("--duration", type=positive_float, default=60.0,
+                      help="seconds of load (default: %(default)s)")
+    load.add_argument("--crawlers", type=positive_int, default=4, help="crawlers (default: %(default)s)")
+    load.add_argument("--writers", type=positive_int, default=4, help="writers (default: %(default)s)")
+    load.add_argument("--tenders", type=positive_int, default=100,
+                      help="tenders created before the load (default: %(default)s)")
+    load.add_argument("--write-rate", type=non_negative_float, default=0.0,
+                      help="writes per second per writer, 0 = as fast as answered (default: %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.part == "load":
+        from . import load
+
+        return load.run(args.duration, args.crawlers, args.writers, args.tenders, args.write_rate)
+    parts = PARTS if args.part == "all" else (args.part,)
+    for part in parts:
+        started = time.monotonic()
+        print(f"== {part} ==", flush=True)
+        if part == "cost":
+            from . import feed_cost
+
+            feed_cost.run(docs=args.docs, repeat=args.repeat, profile=args.profile)
+        elif part == "plans":
+            from . import plans
+
+            plans.run(docs=args.docs)
+        else:
+            from . import codec
+
+            codec.run()
+        print(f"({part}: {time.monotonic() - started:.0f} s)\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        sys.exit(130)

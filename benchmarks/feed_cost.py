@@ -1,0 +1,219 @@
+"""The cost the extension adds to a feed page.
+
+The same page is fetched three ways on the same embedded server and data:
+
+* ``raw``: the pymongo query the feed sends for that page (captured by
+  command monitoring: the same filter, watermark included, sort, projection
+  and limit), run with ``list(collection.find(...))``;
+* ``testapp``: the whole HTTP path in process (parameters, offset, store
+  query, rendering, links, JSON) through ``webtest.TestApp``;
+* ``waitress``: the same over a real waitress server on loopback.
+
+The page is what a crawler asks for: the second page, after the first page's
+``next_page`` offset (a tie-aware offset, so an inclusive query of
+``limit + n`` rows). Medians of interleaved runs are reported with the ratio
+to the raw query.
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import requests
+from pymongo import MongoClient, monitoring
+
+from openprocurement_feed.database import FeedStore
+from openprocurement_feed.demo import main
+from openprocurement_feed.demo.server import DemoServer
+from openprocurement_feed.embedded import EmbeddedServer
+
+from .common import median_ms, seed_tenders, status, table, timed
+
+
+def cpu_timed(call: Any) -> float:
+    """CPU seconds this process spends on one call (the database is another
+    process: its time is not counted)."""
+    started = time.process_time()
+    call()
+    return time.process_time() - started
+
+DB_NAME = "bench_feed_cost"
+
+
+class FindRecorder(monitoring.CommandListener):
+    """Keeps the ``find`` commands started on its client while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.finds: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.on and event.command_name == "find":
+            self.finds.append(dict(event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@dataclass
+class CostRow:
+    """Median milliseconds of one page, fetched each way."""
+
+    limit: int
+    items: int
+    raw_ms: float
+    testapp_ms: float
+    http_ms: float
+    raw_cpu_ms: float
+    testapp_cpu_ms: float
+
+    @property
+    def testapp_ratio(self) -> float:
+        return self.testapp_ms / self.raw_ms
+
+    @property
+    def http_ratio(self) -> float:
+        return self.http_ms / self.raw_ms
+
+
+def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
+    """The ``find`` commands the feed sends for ``path`` (a monitored store
+    stands in for the app's store during one request)."""
+    registry = app.app.registry
+    recorder = FindRecorder()
+    client: MongoClient = MongoClient(uri, event_listeners=[recorder], tz_aware=True)
+    original = registry.feed_store
+    settings = registry.feed_settings
+    registry.feed_store = FeedStore(
+        client, settings.db_name, watermark_seconds=settings.watermark_seconds,
+        max_limit=settings.max_limit,
+    )
+    try:
+        recorder.on = True
+        app.get(path)
+    finally:
+        registry.feed_store = original
+        client.close()
+    return recorder.finds
+
+
+def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run the captured queries with plain pymongo; the rows of the last."""
+    rows: list[dict[str, Any]] = []
+    for find in finds:
+        collection = client[DB_NAME][find["find"]]
+        rows = list(collection.find(
+            find.get("filter", {}), find.get("projection"),
+            sort=list(find.get("sort", {}).items()) or None, limit=find.get("limit", 0),
+        ))
+    return rows
+
+
+def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 1000),
+            profile: bool = False) -> list[CostRow]:
+    """Time each page ``repeat`` times per way; print the profile if asked."""
+    from webtest import TestApp
+
+    rows = []
+    with EmbeddedServer() as database:
+        settings = {
+            "mongodb.uri": database.uri,
+            "mongodb.db_name": DB_NAME,
+            "feed.watermark_seconds": "1",
+        }
+        client: MongoClient = MongoClient(database.uri, tz_aware=True)
+        status(f"feed cost: seeding {docs} tenders")
+        seed_tenders(client[DB_NAME].tenders, docs)
+        app = TestApp(main({}, **settings))
+        server = DemoServer(settings, threads=4).start()
+        http = requests.Session()
+        try:
+            for limit in limits:
+                first = app.get(f"/api/2.5/tenders?limit={limit}").json
+                path = first["next_page"]["path"]
+                finds = capture_page_queries(app, path, database.uri)
+                items = len(app.get(path).json["data"])
+                assert len(raw_page(client, finds)) >= items
+                for _ in range(3):  # warm up every way
+                    raw_page(client, finds)
+                    app.get(path)
+                    http.get(server.url + path).raise_for_status()
+                raw, inproc, wire, raw_cpu, inproc_cpu = [], [], [], [], []
+                status(f"feed cost: limit={limit}, {repeat} runs of each way ({path})")
+                for _ in range(repeat):
+                    raw.append(timed(lambda: raw_page(client, finds)))
+                    raw_cpu.append(cpu_timed(lambda: raw_page(client, finds)))
+                    inproc.append(timed(lambda: app.get(path)))
+                    inproc_cpu.append(cpu_timed(lambda: app.get(path)))
+                    wire.append(timed(lambda: http.get(server.url + path).raise_for_status()))
+                rows.append(CostRow(
+                    limit, items, median_ms(raw), median_ms(inproc), median_ms(wire),
+                    median_ms(raw_cpu), median_ms(inproc_cpu),
+                ))
+                if profile:
+                    print_profile(app, path, repeat, limit)
+        finally:
+            http.close()
+            server.close()
+            app.app.registry.feed_store.close()
+            client.close()
+    return rows
+
+
+def print_profile(app: Any, path: str, repeat: int, limit: int) -> None:
+    """cProfile of ``repeat`` in-process requests: where the time goes."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(repeat):
+        app.get(path)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(18)
+    print(f"\nProfile of {repeat} TestApp requests, limit={limit} (sorted by own time):")
+    print("\n".join(out.getvalue().splitlines()[:40]))
+
+
+def report(rows: Sequence[CostRow], docs: int, repeat: int) -> str:
+    """The figures as tables: wall time with ratios, then client-side CPU."""
+    cpu = table(
+        ["limit", "raw pymongo CPU ms", "TestApp CPU ms", "extension CPU ms"],
+        [
+            [row.limit, f"{row.raw_cpu_ms:.2f}", f"{row.testapp_cpu_ms:.2f}",
+             f"{row.testapp_cpu_ms - row.raw_cpu_ms:.2f}"]
+            for row in rows
+        ],
+    )
+    body = table(
+        ["limit", "items", "raw pymongo ms", "TestApp ms", "ratio", "waitress ms", "ratio",
+         "extension ms"],
+        [
+            [row.limit, row.items, f"{row.raw_ms:.2f}", f"{row.testapp_ms:.2f}",
+             f"{row.testapp_ratio:.3f}", f"{row.http_ms:.2f}", f"{row.http_ratio:.3f}",
+             f"{row.testapp_ms - row.raw_ms:+.2f}"]
+            for row in rows
+        ],
+    )
+    return (
+        f"Cost of a feed page ({docs} tenders on the embedded server, second page of an "
+        f"ascending crawl, median of {repeat} interleaved runs):\n{body}\n"
+        "ratio = that way / raw pymongo query; extension ms = TestApp - raw (parameters, "
+        "offset, tie handling, rendering, links, JSON).\n\n"
+        "CPU time of this process per page (the database server's time excluded), median:\n"
+        f"{cpu}\n"
+        "extension CPU ms = what the extension adds on top of the raw query on any server: "
+        "compare it with the raw query time of your MongoDB for an indexed page."
+    )
+
+
+def run(docs: int = 3000, repeat: int = 30, profile: bool = False) -> None:
+    """Measure and print."""
+    rows = measure(docs=docs, repeat=repeat, profile=profile)
+    print(report(rows, docs, repeat))
