@@ -7,7 +7,7 @@ filter beyond the scope equality, and the store never sees HTTP.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlencode
 
@@ -39,12 +39,10 @@ class FeedDefinition:
     scope: str | None = None
     scope_field: str | None = None
     permission: str | None = None
-    projection: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
         object.__setattr__(self, "allowed_fields", tuple(sorted(allowed)))
-        object.__setattr__(self, "projection", tuple(sorted(allowed)))
 
     @property
     def filter_field(self) -> str | None:
