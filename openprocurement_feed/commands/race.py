@@ -1,0 +1,144 @@
+"""``openprocurement-feed race``: reproduce the lost-document race and show
+that the watermark closes it.
+
+Runs the same write load twice (W = 0 and W = 1 by default), each on a fresh
+embedded database behind the demo API on 127.0.0.1: writer threads patch
+small and large tenders over HTTP, writes commit a few milliseconds after
+their stamp (--write-delay), a detector checks the feed for documents that
+appear inside an already-served window, and a crawler follows the feed and
+must end up with every tender's final version. One table compares the runs.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from pyramid.exceptions import ConfigurationError
+
+from ..cli import CommandError
+from .options import non_negative_float, positive_float, positive_int, watermark_seconds
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}")
+    return number
+
+
+def delay_range(value: str) -> str:
+    """Milliseconds a write stays open after its stamp: ``0``, ``20`` or ``5-40``."""
+    from ..demo.settings import parse_delay
+
+    try:
+        parse_delay(value, "write delay")
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "race",
+        help="reproduce the lost-document race under load, with and without the watermark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--duration", type=positive_float, default=20.0, metavar="S",
+        help="seconds of write load per run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--watermark", type=watermark_seconds, nargs="+", default=[0.0, 1.0], metavar="W",
+        help="watermark values in seconds, one run each (default: 0 1)",
+    )
+    parser.add_argument(
+        "--writers", type=positive_int, default=8, metavar="N",
+        help="writer threads (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rate", type=non_negative_float, default=72.0, metavar="R",
+        help="total patches per second aimed at, 0 for as fast as possible (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--small", type=non_negative_int, default=70, metavar="N",
+        help="small tenders (1 item) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--large", type=non_negative_int, default=70, metavar="N",
+        help="large tenders (10 items, long texts) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--write-delay", type=delay_range, default="5-40", metavar="MS",
+        help="ms each write stays open after its stamp: 0, 20 or a range (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--check-wait", type=positive_float, default=0.2, metavar="S",
+        help="seconds between a detector's snapshot and its re-fetch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--settle", type=non_negative_float, default=2.0, metavar="S",
+        help="seconds the crawler keeps polling after the writers stop, on top of W "
+             "(default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of the random load")
+    parser.add_argument(
+        "--mongodb-uri", default=None,
+        help="use this MongoDB (a database per run, dropped after) instead of the embedded one",
+    )
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print a JSON list (one object per run) instead of the table",
+    )
+    parser.set_defaults(func=run, parser=parser)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..embedded import EmbeddedServerError
+    from ..race.experiment import RaceConfig, run_experiment
+    from ..race.report import race_json, race_table
+
+    if args.small + args.large < 1:
+        args.parser.error("--small and --large: at least one tender is needed")
+    if not getattr(args, "verbose", False):
+        # A burst of requests briefly queues in waitress: expected under load.
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    config = RaceConfig(
+        duration=args.duration,
+        writers=args.writers,
+        rate=args.rate,
+        small=args.small,
+        large=args.large,
+        write_delay=args.write_delay,
+        watermarks=tuple(args.watermark),
+        check_wait=args.check_wait,
+        settle=args.settle,
+        mongodb_uri=args.mongodb_uri,
+        seed=args.seed,
+    )
+    try:
+        results = run_experiment(config, _progress)
+    except (ConfigurationError, EmbeddedServerError) as error:
+        raise CommandError(str(error).splitlines()[0]) from None
+    except Exception as error:
+        from pymongo.errors import PyMongoError
+        from requests import RequestException
+
+        if isinstance(error, (PyMongoError, RequestException)):
+            raise CommandError(f"the experiment failed: {type(error).__name__}: {error}") from None
+        raise
+    if args.json:
+        print(race_json(results))
+    else:
+        print(race_table(results))
+    return 0

@@ -1,0 +1,95 @@
+"""A crawler that follows a feed forward as a real client does.
+
+It starts without an offset, always continues from ``next_page.offset``
+(opaque to it), and waits a little when a page is not full. It remembers
+every version (id and ``dateModified``) it was given and when it first saw it,
+so that the experiment can count lost tenders, duplicates and feed delay.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .feed import FeedClient, FeedError
+
+
+@dataclass
+class CrawlerLog:
+    """What the crawler received.
+
+    ``seen[id][dateModified]`` is the wall-clock time the version was first
+    delivered; ``deliveries`` counts every item, ``duplicates`` the items
+    that delivered a version already seen.
+    """
+
+    seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    deliveries: int = 0
+    duplicates: int = 0
+    pages: int = 0
+    errors: int = 0
+
+    def saw(self, tender_id: str, date_modified: str) -> bool:
+        """True when this version was delivered."""
+        return date_modified in self.seen.get(tender_id, {})
+
+
+class Crawler(threading.Thread):
+    """Follows ``client``'s feed forward until stopped (the caller closes
+    ``client`` when done with it).
+
+    :param poll_interval: seconds to wait after a page that was not full.
+    """
+
+    def __init__(self, client: FeedClient, poll_interval: float = 0.05, name: str = "crawler") -> None:
+        super().__init__(name=name, daemon=True)
+        self.client = client
+        self.poll_interval = poll_interval
+        self.offset: str | None = None
+        self.log = CrawlerLog()
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Finish the current page and end."""
+        self.stopping.set()
+
+    def poll_once(self) -> int:
+        """Fetch the next page and record its items; returns their number."""
+        page = self.client.page(self.offset)
+        now = time.time()
+        log = self.log
+        log.pages += 1
+        for item in page.items:
+            versions = log.seen.setdefault(item.id, {})
+            log.deliveries += 1
+            if item.date_modified in versions:
+                log.duplicates += 1
+            else:
+                versions[item.date_modified] = now
+        if page.next_offset:
+            self.offset = page.next_offset
+        return len(page.items)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                count = self.poll_once()
+            except FeedError:
+                self.log.errors += 1
+                self.stopping.wait(0.2)
+                continue
+            if count < self.client.limit:
+                self.stopping.wait(self.poll_interval)
+
+    def drain(self, max_pages: int = 10_000) -> None:
+        """Read on until a page is not full: the end of what is visible now.
+
+        Call it after the thread has stopped; read errors end it early.
+        """
+        for _ in range(max_pages):
+            try:
+                if self.poll_once() < self.client.limit:
+                    return
+            except FeedError:
+                self.log.errors += 1
+                return

@@ -1,0 +1,257 @@
+"""The race experiment: the same write load with and without the watermark.
+
+One run (:func:`run_once`) on a fresh database:
+
+1. start the demo API on a real HTTP server (waitress) over the embedded
+   database, with ``demo.write_delay_ms`` so that writes commit a few
+   milliseconds after their ``$$NOW`` stamp, as they do under load in
+   production;
+2. create the small (1 item) and large (10 items, long texts) tenders;
+3. for ``duration`` seconds, writer threads patch them over HTTP while the
+   :class:`~.detector.Detector` checks the feed and the :class:`~.crawler.Crawler`
+   follows it forward;
+4. stop the writers, let the crawler poll for ``W`` plus a margin so that it
+   can catch up, read on to the end of the feed, then compare what it
+   received with the database: a tender whose final version it never saw
+   is *lost*.
+
+:func:`run_experiment` repeats the run for each watermark value.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from .crawler import Crawler
+from .detector import Detector, DetectorThread
+from .feed import FeedClient
+from .load import LoggingWriter, create_many
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RaceConfig:
+    """The load and the instruments of the experiment.
+
+    :param rate: total patches per second aimed at by all writers together;
+        0 means as fast as the API answers.
+    :param write_delay: ``demo.write_delay_ms``: ``"5-40"`` keeps each write
+        open 5 to 40 ms after its stamp.
+    :param settle: seconds the crawler keeps polling after the writers stop,
+        on top of the watermark.
+    :param mongodb_uri: a MongoDB to use instead of a fresh embedded
+        database (each run then uses a database of its own, dropped after).
+    """
+
+    duration: float = 20.0
+    writers: int = 8
+    rate: float = 72.0
+    small: int = 70
+    large: int = 70
+    write_delay: str = "5-40"
+    watermarks: tuple[float, ...] = (0.0, 1.0)
+    check_wait: float = 0.2
+    page_limit: int = 100
+    poll_interval: float = 0.05
+    settle: float = 2.0
+    threads: int = 16
+    progress_every: float = 5.0
+    mongodb_uri: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class RunResult:
+    """The figures of one run (see :func:`run_once`); ``to_dict`` is the JSON form."""
+
+    watermark: float
+    duration: float
+    tenders: int
+    writers: int
+    write_delay_ms: str
+    patches: int
+    write_errors: int
+    patches_per_second: float
+    checks: int
+    failures: int
+    failure_percent: float
+    lags_ms: list[float]
+    check_errors: int
+    crawler_items: int
+    lost: int
+    lost_ids: list[str]
+    duplicates: int
+    crawler_errors: int
+    feed_delay_ms: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def lag_summary(self) -> dict[str, float | None]:
+        """``min``, ``max`` and ``mean`` of the late-arrival lags (ms)."""
+        if not self.lags_ms:
+            return {"min": None, "max": None, "mean": None}
+        return {
+            "min": min(self.lags_ms),
+            "max": max(self.lags_ms),
+            "mean": round(statistics.fmean(self.lags_ms), 1),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["lag_summary_ms"] = self.lag_summary
+        return data
+
+
+def _split_ids(small: list[str], large: list[str], writers: int) -> list[list[str]]:
+    """The tender ids each writer patches: half the writers the small
+    tenders, half the large ones (all of them for a single writer)."""
+    if writers == 1 or not small or not large:
+        return [small + large] * writers
+    return [small if number % 2 == 0 else large for number in range(writers)]
+
+
+def _feed_delays(writers: list[LoggingWriter], crawler: Crawler) -> dict[str, float | None]:
+    """How long after its acknowledgement each version the crawler saw was
+    delivered to it: median and max in ms (versions overwritten before they
+    became visible have no delay)."""
+    delays = []
+    for writer in writers:
+        for tender_id, date_modified, acked in writer.acks:
+            seen = crawler.log.seen.get(tender_id, {}).get(date_modified)
+            if seen is not None:
+                delays.append(max(0.0, seen - acked) * 1000.0)
+    if not delays:
+        return {"median": None, "max": None, "count": 0}
+    return {
+        "median": round(statistics.median(delays), 1),
+        "max": round(max(delays), 1),
+        "count": len(delays),
+    }
+
+
+def _settings(config: RaceConfig, watermark: float) -> dict[str, str]:
+    return {
+        "mongodb.uri": config.mongodb_uri or "embedded://",
+        "mongodb.db_name": "race_" + uuid.uuid4().hex[:12],
+        "feed.watermark_seconds": repr(float(watermark)),
+        "demo.write_delay_ms": config.write_delay,
+    }
+
+
+def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda line: None) -> RunResult:
+    """One run of the experiment with watermark ``watermark`` on a fresh database."""
+    from ..demo.server import DemoServer
+
+    label = f"[W={watermark:g}]"
+    settings = _settings(config, watermark)
+    progress(f"{label} starting the database and the demo API")
+    server = DemoServer(settings, threads=config.threads)
+    writers: list[LoggingWriter] = []
+    detector = crawler = None
+    try:
+        server.start()
+        api = server.api_url
+        feed_url = f"{api}/tenders"
+        progress(f"{label} creating {config.small} small and {config.large} large tenders")
+        small = create_many(api, config.small, large=False, seed=config.seed)
+        large = create_many(api, config.large, large=True,
+                            seed=None if config.seed is None else config.seed + 1)
+        crawler = Crawler(FeedClient(feed_url, limit=config.page_limit), config.poll_interval)
+        detector = DetectorThread(Detector(FeedClient(feed_url, limit=config.page_limit), config.check_wait))
+        per_writer = config.rate / config.writers if config.rate > 0 else 0.0
+        writers = [
+            LoggingWriter(api, ids, rate=per_writer,
+                          seed=None if config.seed is None else config.seed + 10 + number,
+                          name=f"writer-{number}")
+            for number, ids in enumerate(_split_ids(small, large, config.writers))
+        ]
+        crawler.start()
+        detector.start()
+        started = time.monotonic()
+        for writer in writers:
+            writer.start()
+        progress(f"{label} {config.writers} writers patching for {config.duration:g} s")
+        deadline = started + config.duration
+        next_report = started + config.progress_every
+        while (now := time.monotonic()) < deadline:
+            time.sleep(max(0.0, min(deadline, next_report) - now))
+            if time.monotonic() >= next_report and time.monotonic() < deadline:
+                next_report += config.progress_every
+                elapsed = time.monotonic() - started
+                patches = sum(writer.stats.patches for writer in writers)
+                progress(
+                    f"{label} {elapsed:5.1f} s: {patches} patches ({patches / elapsed:.1f}/s), "
+                    f"{detector.stats.checks} checks, {detector.stats.failures} failures"
+                )
+        for writer in writers:
+            writer.stop()
+        for writer in writers:
+            writer.join(timeout=60)
+        duration = time.monotonic() - started
+        detector.stop()
+        detector.join(timeout=60)
+        collection = server.registry.feed_store.collection("tenders")
+        finals = {
+            doc["_id"]: doc["dateModified"]
+            for doc in collection.find({"is_public": True}, {"dateModified": 1})
+        }
+        catch_up = watermark + config.settle
+        progress(f"{label} writers stopped; the crawler catches up for up to {catch_up:g} s")
+        until = time.monotonic() + catch_up
+        while time.monotonic() < until:
+            if all(crawler.log.saw(tender_id, final) for tender_id, final in finals.items()):
+                break
+            time.sleep(0.1)
+        crawler.stop()
+        crawler.join(timeout=60)
+        crawler.drain()  # whatever the crawler has not reached yet is not lost
+        crawler.client.close()
+        lost_ids = sorted(
+            tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final)
+        )
+        patches = sum(writer.stats.patches for writer in writers)
+        stats = detector.stats
+        result = RunResult(
+            watermark=watermark,
+            duration=round(duration, 1),
+            tenders=len(finals),
+            writers=config.writers,
+            write_delay_ms=config.write_delay,
+            patches=patches,
+            write_errors=sum(writer.stats.errors for writer in writers),
+            patches_per_second=round(patches / duration, 1) if duration else 0.0,
+            checks=stats.checks,
+            failures=stats.failures,
+            failure_percent=round(100.0 * stats.failures / stats.checks, 2) if stats.checks else 0.0,
+            lags_ms=list(stats.lags_ms),
+            check_errors=stats.errors,
+            crawler_items=crawler.log.deliveries,
+            lost=len(lost_ids),
+            lost_ids=lost_ids,
+            duplicates=crawler.log.duplicates,
+            crawler_errors=crawler.log.errors,
+            feed_delay_ms=_feed_delays(writers, crawler),
+        )
+        progress(
+            f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
+            f"{result.failures} failures, {result.lost} lost"
+        )
+        return result
+    finally:
+        for thread in (*writers, detector, crawler):
+            if thread is not None:
+                thread.stop()
+        if config.mongodb_uri:
+            try:
+                server.registry.feed_store.client.drop_database(settings["mongodb.db_name"])
+            except Exception:  # the database may be gone; nothing to clean then
+                pass
+        server.close()
+
+
+def run_experiment(config: RaceConfig, progress: Progress = lambda line: None) -> list[RunResult]:
+    """:func:`run_once` for each of ``config.watermarks``, in order."""
+    return [run_once(config, watermark, progress) for watermark in config.watermarks]

@@ -1,0 +1,120 @@
+"""The race experiment and the feed checker under real load, both ways.
+
+The demo API runs on a real HTTP server over the test database, writes stay
+open 5-40 ms after their stamp, and writer threads patch 80 tenders as fast
+as the API answers. Without the watermark the detector sees late arrivals
+and the crawler loses tenders; with a watermark above the write delay,
+neither happens.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from openprocurement_feed.cli import main as cli_main
+from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
+
+pytestmark = pytest.mark.slow
+
+WRITE_DELAY = "5-40"
+#: Safely above the 40 ms write delay, small enough for a short test.
+SAFE_WATERMARK = 0.5
+
+
+def brief_config(mongodb_uri: str) -> RaceConfig:
+    """A few seconds of load, heavy enough for the race to show at W = 0."""
+    return RaceConfig(
+        duration=4.0, writers=8, rate=0.0, small=40, large=40, write_delay=WRITE_DELAY,
+        check_wait=0.1, settle=1.0, progress_every=60.0, mongodb_uri=mongodb_uri,
+    )
+
+
+def describe(result: RunResult) -> str:
+    return (
+        f"W={result.watermark}: {result.patches_per_second} patches/s, {result.checks} checks, "
+        f"{result.failures} failures, lags {result.lag_summary}, {result.lost} lost, "
+        f"{result.duplicates} duplicates, feed delay {result.feed_delay_ms}"
+    )
+
+
+def test_without_watermark_the_race_loses_documents(mongodb_uri: str) -> None:
+    result = run_once(brief_config(mongodb_uri), 0.0)
+    print(describe(result))
+    assert result.patches > 0 and result.checks > 0
+    assert result.failures + result.lost > 0, "the race did not show up without the watermark"
+    assert all(lag >= 0 for lag in result.lags_ms)
+    assert len(result.lost_ids) == result.lost
+
+
+def test_with_watermark_above_the_write_delay_nothing_is_lost(mongodb_uri: str) -> None:
+    result = run_once(brief_config(mongodb_uri), SAFE_WATERMARK)
+    print(describe(result))
+    assert result.patches > 0 and result.checks > 0 and result.crawler_items > 0
+    assert result.failures == 0, result.lags_ms
+    assert result.lost == 0, result.lost_ids
+    assert result.feed_delay_ms["median"] is not None
+    assert result.feed_delay_ms["median"] >= SAFE_WATERMARK * 1000 / 2
+
+
+@pytest.fixture
+def loaded_server(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str) -> Iterator[Any]:
+    """The demo API with watermark ``request.param`` under write load."""
+    from openprocurement_feed.demo.server import DemoServer
+    from openprocurement_feed.race.load import LoggingWriter, create_many
+
+    settings = {
+        "mongodb.uri": mongodb_uri,
+        "mongodb.db_name": db_name,
+        "feed.watermark_seconds": str(request.param),
+        "demo.write_delay_ms": WRITE_DELAY,
+    }
+    with DemoServer(settings, threads=16) as server:
+        ids = create_many(server.api_url, 80, large=False)
+        writers = [LoggingWriter(server.api_url, ids, name=f"writer-{number}") for number in range(8)]
+        for writer in writers:
+            writer.start()
+        try:
+            yield server
+        finally:
+            for writer in writers:
+                writer.stop()
+            for writer in writers:
+                writer.join(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "loaded_server, status", [(0.0, 1), (SAFE_WATERMARK, 0)], indirect=["loaded_server"],
+    ids=["W=0", "W=0.5"],
+)
+def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytest.CaptureFixture[str]) -> None:
+    url = loaded_server.api_url + "/tenders"
+    result = cli_main(["check", url, "--duration", "4", "--wait", "0.1", "--interval", "0"])
+    out = capsys.readouterr().out
+    print(out)
+    assert result == status
+    assert ("ANOMALY DETECTED" in out) == (status == 1)
+    assert ("0 with late arrivals" in out) == (status == 0)
+
+
+def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tiny run through the command line: JSON on stdout, progress on stderr,
+    and the run's database dropped afterwards."""
+    import json
+
+    before = set(mongo_client.list_database_names())
+    status = cli_main([
+        "race", "--json", "--duration", "1", "--writers", "2", "--small", "3", "--large", "2",
+        "--watermark", "0.2", "--settle", "0.5", "--mongodb-uri", mongodb_uri,
+    ])
+    captured = capsys.readouterr()
+    assert status == 0
+    runs = json.loads(captured.out)
+    assert len(runs) == 1
+    run = runs[0]
+    for key in ("watermark", "duration", "patches_per_second", "checks", "failures",
+                "lags_ms", "lost", "duplicates", "feed_delay_ms"):
+        assert key in run
+    assert run["watermark"] == 0.2 and run["tenders"] == 5 and run["lost"] == 0
+    assert "[W=0.2] done" in captured.err
+    assert set(mongo_client.list_database_names()) <= before
