@@ -6,6 +6,8 @@ import argparse
 import math
 from urllib.parse import urlsplit
 
+from pyramid.exceptions import ConfigurationError
+
 
 def positive_int(value: str) -> int:
     """An integer >= 1."""
@@ -58,4 +60,26 @@ def http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}")
+    return number
+
+
+def delay_range(value: str) -> str:
+    """Milliseconds a write stays open after its stamp: ``0``, ``20`` or ``5-40``."""
+    from ..demo.settings import parse_delay  # the demo's own rule, one place
+
+    try:
+        parse_delay(value, "write delay")
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return value

@@ -18,29 +18,14 @@ from typing import Any
 from pyramid.exceptions import ConfigurationError
 
 from ..cli import CommandError
-from .options import non_negative_float, positive_float, positive_int, watermark_seconds
-
-
-def non_negative_int(value: str) -> int:
-    """An integer >= 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}")
-    return number
-
-
-def delay_range(value: str) -> str:
-    """Milliseconds a write stays open after its stamp: ``0``, ``20`` or ``5-40``."""
-    from ..demo.settings import parse_delay
-
-    try:
-        parse_delay(value, "write delay")
-    except ConfigurationError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return value
+from .options import (
+    delay_range,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    watermark_seconds,
+)
 
 
 def add_parser(subparsers: Any) -> None:

@@ -16,7 +16,13 @@ from typing import Any
 from pyramid.exceptions import ConfigurationError
 
 from ..cli import CommandError
-from .options import non_negative_float, port_number, positive_int, watermark_seconds
+from .options import (
+    delay_range,
+    non_negative_float,
+    port_number,
+    positive_int,
+    watermark_seconds,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)")
     parser.add_argument(
-        "--write-delay", default="0", metavar="MS",
+        "--write-delay", type=delay_range, default="0", metavar="MS",
         help="ms a write stays open after its stamp: 0, 20 or a range 5-40 (default: %(default)s)",
     )
     parser.add_argument(

@@ -106,10 +106,14 @@ class PatchWriter(threading.Thread):
             self.stopping.wait(0.2)
             return
         if response.status_code == 200:
-            self.stats.patches += 1
-            self.stats.last[tender_id] = (response.json()["data"]["dateModified"], time.time())
+            self.acknowledged(tender_id, response.json()["data"]["dateModified"], time.time())
         else:
             self.stats.errors += 1
+
+    def acknowledged(self, tender_id: str, date_modified: str, acked: float) -> None:
+        """Record a patch the API accepted (subclasses may keep more)."""
+        self.stats.patches += 1
+        self.stats.last[tender_id] = (date_modified, acked)
 
     def run(self) -> None:
         interval = 1.0 / self.rate if self.rate > 0 else 0.0

@@ -2,12 +2,9 @@
 log every acknowledged patch (for the feed delay)."""
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-import requests
-
-from ..demo.load import WORDS, PatchWriter, create_tenders
+from ..demo.load import PatchWriter, create_tenders
 
 
 class LoggingWriter(PatchWriter):
@@ -21,23 +18,9 @@ class LoggingWriter(PatchWriter):
         super().__init__(base_url, ids, rate=rate, seed=seed, name=name)
         self.acks: list[tuple[str, str, float]] = []
 
-    def patch_once(self) -> None:
-        tender_id = self.rng.choice(self.ids)
-        body = {"data": {"title": " ".join(self.rng.choice(WORDS) for _ in range(5))}}
-        try:
-            response = self.http.patch(f"{self.base_url}/tenders/{tender_id}", json=body, timeout=30)
-        except requests.RequestException:
-            self.stats.errors += 1
-            self.stopping.wait(0.2)
-            return
-        if response.status_code == 200:
-            acked = time.time()
-            date_modified = response.json()["data"]["dateModified"]
-            self.stats.patches += 1
-            self.stats.last[tender_id] = (date_modified, acked)
-            self.acks.append((tender_id, date_modified, acked))
-        else:
-            self.stats.errors += 1
+    def acknowledged(self, tender_id: str, date_modified: str, acked: float) -> None:
+        super().acknowledged(tender_id, date_modified, acked)
+        self.acks.append((tender_id, date_modified, acked))
 
 
 def create_many(api_url: str, count: int, large: bool, workers: int = 8, seed: int | None = None) -> list[str]:
