@@ -230,6 +230,15 @@ class FeedStoreMixin:
         digest matches, and everything before it in ``(value, _id)`` order)
         are dropped. When no run matches, the group is sent again: duplicates
         are acceptable, losses are not.
+
+        The run is looked for from the start of the group: when the group
+        began on the previous page this is SPEC's "first ``n`` rows" check.
+        Looking further serves groups that span more than two pages (one
+        command stamping more than ``limit`` documents), where the rows
+        before the run were served by earlier pages. A row that commits with
+        exactly the boundary stamp later than ``W`` after its stamp, sorting
+        before the run, would be skipped; that is the same premise the
+        watermark rests on (no write takes longer than ``W`` to commit).
         """
         fields = list(fields)
         common = dict(mode=mode, descending=descending, filters=filters)
