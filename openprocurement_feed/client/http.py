@@ -1,0 +1,394 @@
+"""Fetching feed pages over HTTP, with the retry policy of the protocol.
+
+One :class:`FeedHTTP` per feed: it builds every request from the feed URL the
+caller gave (never from the ``uri`` the server echoes, whose host may be wrong
+behind a proxy), the client's own parameters and the opaque offset, and it
+retries what is worth retrying:
+
+* ``429``: wait ``Retry-After`` (seconds or an HTTP date), or back off;
+* ``5xx``, ``408``, connection errors and timeouts: exponential backoff with
+  jitter, capped (``Retry-After`` honoured when the server sends one);
+* ``404`` for a request with an offset: :class:`~.errors.OffsetRejected`, the
+  caller starts over;
+* anything else: :class:`~.errors.FeedError` at once.
+"""
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timezone
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import requests
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
+
+from .errors import FeedError, FeedUnavailable, OffsetRejected
+from .state import FeedIdentity
+
+log = logging.getLogger(__name__)
+
+#: Query parameters the client sets itself; taken out of the feed URL.
+MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields")
+#: The page size asked for when the caller does not choose one.
+DEFAULT_LIMIT = 100
+
+
+def client_version() -> str:
+    """The installed version of openprocurement_feed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("openprocurement_feed")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def user_agent() -> str:
+    """``openprocurement-feed-sync/<version> python-requests/<version>``."""
+    return f"openprocurement-feed-sync/{client_version()} python-requests/{requests.__version__}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to keep trying one page.
+
+    :param initial_backoff: the first backoff in seconds (also the shortest
+        wait, even when a server asks for ``Retry-After: 0``).
+    :param max_backoff: the longest exponential backoff (a random jitter of up
+        to ``initial_backoff`` is added to every backoff).
+    :param max_attempts: give up after this many attempts (None: no limit).
+    :param max_time: give up when the next wait would end later than this
+        many seconds after the first attempt (None: no limit).
+    :param max_retry_after: the longest ``Retry-After`` obeyed as sent.
+    """
+
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_attempts: int | None = None
+    max_time: float | None = 300.0
+    max_retry_after: float = 300.0
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """A failed attempt about to be retried after ``wait`` seconds."""
+
+    url: str
+    attempt: int
+    wait: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """One feed page as the client needs it.
+
+    ``limit`` is the page size the server echoed in its links (it clamps
+    what was asked), None if it echoed none; ``started_at`` is the client
+    clock when the request that returned the page was first sent.
+    """
+
+    items: list[dict[str, Any]]
+    next_offset: str
+    prev_offset: str | None
+    limit: int | None
+    started_at: float
+
+
+class TransientError(Exception):
+    """A failure worth retrying; ``retry_after`` is what the server asked for."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an
+    HTTP date; None when absent or unreadable, never negative."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    current = time.time() if now is None else now
+    return max(0.0, moment.timestamp() - current)
+
+
+def error_description(response: requests.Response) -> str:
+    """The ``description`` of a JSON error body, else the start of the body."""
+    try:
+        body = response.json()
+        return "; ".join(
+            f"{error.get('name', '?')}: {error.get('description', '')}" for error in body["errors"]
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = response.text.strip().replace("\n", " ")
+        return text[:200]
+
+
+def split_feed_url(
+    url: str, mode: str | None = None, opt_fields: Iterable[str] | None = None
+) -> tuple[FeedIdentity, list[tuple[str, str]]]:
+    """The identity of the feed at ``url`` and the extra query parameters
+    its URL carries.
+
+    ``mode`` / ``opt_fields`` given in the URL's query are used unless given
+    explicitly; ``offset``, ``descending`` and ``limit`` in the URL are
+    dropped (the client sets them).
+
+    :raises FeedError: ``url`` is not an http(s) URL with a host.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise FeedError(f"expected an http:// or https:// feed URL, got {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = dict(query)
+    extra = [(key, value) for key, value in query if key not in MANAGED_PARAMS]
+    if mode is None:
+        mode = given.get("mode", "")
+    if opt_fields is None:
+        opt_fields = [name for name in given.get("opt_fields", "").split(",")]
+    fields = tuple(sorted({name.strip() for name in opt_fields if name.strip()}))
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(extra), ""))
+    return FeedIdentity(url=base, mode=mode or "", opt_fields=fields), extra
+
+
+def _echoed_limit(link: Any) -> int | None:
+    if not isinstance(link, dict):
+        return None
+    for key in ("path", "uri"):
+        target = link.get(key)
+        if isinstance(target, str) and "?" in target:
+            values = dict(parse_qsl(target.split("?", 1)[1]))
+            if values.get("limit", "").isdigit():
+                return int(values["limit"])
+    return None
+
+
+def read_page(body: Any, url: str, started_at: float) -> Page:
+    """A :class:`Page` from a decoded feed response; :class:`FeedError` when
+    the body is not a feed page."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        raise FeedError(f"{url} did not return a feed page (no \"data\" list)")
+    next_page = body.get("next_page")
+    if not isinstance(next_page, dict) or not isinstance(next_page.get("offset"), str):
+        raise FeedError(f"{url} did not return a feed page (no \"next_page\" offset)")
+    items = body["data"]
+    if not all(isinstance(item, dict) for item in items):
+        raise FeedError(f"{url} returned feed items that are not objects")
+    prev_page = body.get("prev_page")
+    prev_offset = prev_page.get("offset") if isinstance(prev_page, dict) else None
+    if prev_offset is not None and not isinstance(prev_offset, str):
+        raise FeedError(f"{url} returned a \"prev_page\" offset that is not a string")
+    return Page(
+        items=items,
+        next_offset=next_page["offset"],
+        prev_offset=prev_offset,
+        limit=_echoed_limit(next_page),
+        started_at=started_at,
+    )
+
+
+class FeedHTTP:
+    """Requests for the pages of one feed.
+
+    :param url: the feed URL, e.g. ``https://host/api/2.5/tenders`` (extra
+        query parameters in it are kept).
+    :param mode: the ``mode`` parameter (``test``, ``_all_``), or None to take
+        it from the URL.
+    :param opt_fields: the ``opt_fields`` to ask for, or None to take them
+        from the URL.
+    :param limit: the page size to ask for (the server may clamp it).
+    :param session: a :class:`requests.Session` to use (the client sets its
+        ``User-Agent``); a new one by default.
+    :param timeout: ``(connect, read)`` timeouts in seconds.
+    :param sleep: how to wait between attempts (may raise to abort).
+    :param clock: a monotonic clock in seconds.
+    :param on_retry: called with a :class:`RetryEvent` before each wait.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        mode: str | None = None,
+        opt_fields: Iterable[str] | None = None,
+        limit: int = DEFAULT_LIMIT,
+        session: requests.Session | None = None,
+        timeout: float | tuple[float, float] = (10.0, 60.0),
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.identity, self._extra = split_feed_url(url, mode, opt_fields)
+        self.limit = limit
+        self.timeout = timeout
+        self.retry = retry
+        self.sleep = sleep
+        self.clock = clock
+        self.on_retry = on_retry
+        self.session = session or requests.Session()
+        self.session.headers["User-Agent"] = user_agent()
+        self.session.headers.setdefault("Accept", "application/json")
+
+    def close(self) -> None:
+        """Close the HTTP connections.
+
+        The pools are closed one by one: some urllib3 releases only drop them
+        from the session on ``close()``, leaving their sockets open for as
+        long as anything (a response in a logged traceback) refers to them.
+        """
+        for adapter in self.session.adapters.values():
+            manager = getattr(adapter, "poolmanager", None)
+            pools = getattr(manager, "pools", None)
+            if pools is None:
+                continue
+            for key in list(pools.keys()):
+                pool = pools.get(key)
+                if pool is not None:
+                    pool.close()
+        self.session.close()
+
+    def request_url(self, offset: str | None, descending: bool = False) -> str:
+        """The URL of the page at ``offset`` (None or ``""``: the first page)."""
+        params = list(self._extra)
+        params.append(("limit", str(self.limit)))
+        if self.identity.mode:
+            params.append(("mode", self.identity.mode))
+        if self.identity.opt_fields:
+            params.append(("opt_fields", ",".join(self.identity.opt_fields)))
+        if descending:
+            params.append(("descending", "1"))
+        if offset:
+            params.append(("offset", offset))
+        parts = urlsplit(self.identity.url)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(params), ""))
+
+    def fetch(self, offset: str | None, descending: bool = False) -> Page:
+        """The page at ``offset``, retried by the policy.
+
+        :raises OffsetRejected: 404 for a request with an offset.
+        :raises FeedUnavailable: the retry policy gave up.
+        :raises FeedError: any other answer the client cannot follow.
+        """
+        url = self.request_url(offset, descending)
+        started = self.clock()
+        retrying = Retrying(
+            sleep=self.sleep,
+            retry=retry_if_exception_type(TransientError),
+            wait=self._wait,
+            stop=lambda state: self._should_stop(state, started),
+            before_sleep=lambda state: self._before_sleep(state, url),
+            retry_error_callback=lambda state: self._give_up(state, url, started),
+        )
+        return retrying(self._get_once, url, offset or "", started)
+
+    # -- one attempt -----------------------------------------------------
+
+    def _get_once(self, url: str, offset: str, started: float) -> Page:
+        try:
+            response = self.session.get(url, timeout=self.timeout)
+        except requests.exceptions.SSLError as error:
+            raise FeedError(f"TLS error for {url}: {error}") from None
+        except (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            requests.exceptions.ContentDecodingError,
+        ) as error:
+            raise TransientError(f"{type(error).__name__}: {_short(error)}") from None
+        except requests.RequestException as error:
+            raise FeedError(f"cannot request {url}: {error}") from None
+        with response:  # closed even when an exception keeps this frame alive
+            return self._read(response, url, offset, started)
+
+    def _read(self, response: requests.Response, url: str, offset: str, started: float) -> Page:
+        status = response.status_code
+        if status == 200:
+            try:
+                body = response.json()
+            except ValueError:
+                raise FeedError(
+                    f"{url} did not return JSON (Content-Type: "
+                    f"{response.headers.get('Content-Type', 'none')})"
+                ) from None
+            return read_page(body, url, started)
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        if status == 429 or status == 408 or status >= 500:
+            raise TransientError(f"HTTP {status}", retry_after)
+        description = error_description(response)
+        if status == 404 and offset:
+            raise OffsetRejected(offset, description)
+        raise FeedError(f"GET {url}: HTTP {status}: {description}")
+
+    # -- the retry policy, as tenacity callbacks -------------------------
+
+    def _wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        policy = self.retry
+        if isinstance(error, TransientError) and error.retry_after is not None:
+            return max(policy.initial_backoff, min(error.retry_after, policy.max_retry_after))
+        backoff = wait_exponential(multiplier=policy.initial_backoff, max=policy.max_backoff) + wait_random(
+            0, policy.initial_backoff
+        )
+        return float(backoff(state))
+
+    def _should_stop(self, state: RetryCallState, started: float) -> bool:
+        policy = self.retry
+        if policy.max_attempts is not None and state.attempt_number >= policy.max_attempts:
+            return True
+        if policy.max_time is not None:
+            elapsed = self.clock() - started
+            return elapsed + state.upcoming_sleep > policy.max_time
+        return False
+
+    def _before_sleep(self, state: RetryCallState, url: str) -> None:
+        reason = _reason(state)
+        log.info("Retrying %s in %.2f s (attempt %d failed: %s)", url, state.upcoming_sleep,
+                 state.attempt_number, reason)
+        if self.on_retry is not None:
+            self.on_retry(RetryEvent(url, state.attempt_number, state.upcoming_sleep, reason))
+
+    def _give_up(self, state: RetryCallState, url: str, started: float) -> Page:
+        raise FeedUnavailable(url, state.attempt_number, self.clock() - started, _reason(state))
+
+
+def _reason(state: RetryCallState) -> str:
+    error = state.outcome.exception() if state.outcome else None
+    return str(error) if error is not None else "unknown error"
+
+
+def _short(error: BaseException) -> str:
+    text = str(error)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "FeedHTTP",
+    "Page",
+    "RetryEvent",
+    "RetryPolicy",
+    "TransientError",
+    "parse_retry_after",
+    "split_feed_url",
+    "user_agent",
+]
