@@ -31,6 +31,7 @@ class DemoServer:
             self.server = create_server(
                 self.app, host=host, port=port, threads=threads,
                 clear_untrusted_proxy_headers=True, connection_limit=200, channel_timeout=30,
+                asyncore_loop_timeout=0.2,
             )
         except BaseException:
             self._close_app()
@@ -55,10 +56,25 @@ class DemoServer:
         return self
 
     def close(self) -> None:
-        """Stop serving, close the store and stop an embedded database."""
-        self.server.close()
+        """Stop serving, close the store and stop an embedded database.
+
+        Waitress serves while its socket map holds a dispatcher, and an idle
+        keep-alive connection would hold it for ``channel_timeout``: the map
+        is emptied so the loop ends after its current poll, then the worker
+        threads stop and the sockets are closed, in that order (closing them
+        under a running loop makes it fail on a closed descriptor).
+        """
+        socket_map = self.server._map
+        dispatchers = list(socket_map.values())
+        socket_map.clear()
         if self.thread.is_alive():
             self.thread.join(timeout=10)
+        self.server.task_dispatcher.shutdown()
+        for dispatcher in dispatchers:
+            try:
+                dispatcher.close()
+            except OSError:
+                pass
         self._close_app()
 
     def _close_app(self) -> None:
