@@ -2,9 +2,10 @@
 
 Parts: ``cost`` (what the extension adds to a feed page), ``plans`` (the
 query plan of every feed query shape), ``codec`` (offset parse/compose
-throughput), ``load`` (sustained load: crawlers and writers at once). Without
-a part, ``cost``, ``plans`` and ``codec`` run (``make bench``); ``make load``
-runs ``load``.
+throughput), ``sync`` (a full sync by the reference crawler), ``load``
+(sustained load: crawlers and writers at once). Without a part, ``cost``,
+``plans``, ``codec`` and ``sync`` run (``make bench``); ``make load`` runs
+``load``.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
-PARTS = ("cost", "plans", "codec")
+PARTS = ("cost", "plans", "codec", "sync")
 
 
 def document_count(value: str) -> int:
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load",), default="all",
                         help="what to measure (default: cost, plans and codec)")
     parser.add_argument("--docs", type=document_count, default=3000,
-                        help="sample tenders for cost and plans (default: %(default)s)")
+                        help="sample tenders for cost, plans and sync (default: %(default)s)")
     parser.add_argument("--repeat", type=positive_int, default=30,
                         help="timed runs per way and page size for cost (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
@@ -69,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import plans
 
             plans.run(docs=args.docs)
+        elif part == "sync":
+            from . import sync
+
+            sync.run(tenders=args.docs)
         else:
             from . import codec
 
