@@ -9,15 +9,24 @@ from urllib.parse import urlsplit
 from pyramid.exceptions import ConfigurationError
 
 
-def positive_int(value: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(value: str, low: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}")
+        number = low - 1
+    if number < low:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value!r}")
     return number
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(value, 1)
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0."""
+    return _int_at_least(value, 0)
 
 
 def non_negative_float(value: str) -> float:
@@ -61,17 +70,6 @@ def http_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {value!r}")
     return value
-
-
-def non_negative_int(value: str) -> int:
-    """An integer >= 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}")
-    return number
 
 
 def delay_range(value: str) -> str:
