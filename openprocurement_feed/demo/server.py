@@ -31,7 +31,6 @@ class DemoServer:
             self.server = create_server(
                 self.app, host=host, port=port, threads=threads,
                 clear_untrusted_proxy_headers=True, connection_limit=200, channel_timeout=30,
-                asyncore_loop_timeout=0.2,
             )
         except BaseException:
             self._close_app()
