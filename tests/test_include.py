@@ -144,3 +144,22 @@ def test_embedded_uri_starts_and_owns_a_server(tmp_path: Path) -> None:
         app.registry.feed_store.close()
         embedded.stop()
     assert not embedded.running
+
+
+def test_feed_reads_default_to_the_primary(settings: dict[str, str]) -> None:
+    """SPEC B.6: the watermark needs a node that has every committed write."""
+    from pymongo.read_preferences import Primary, SecondaryPreferred
+
+    app = make_app(settings)
+    store = app.registry.feed_store
+    assert isinstance(store.feed_collection("tenders").read_preference, Primary)
+    assert store.feed_collection("tenders").read_concern.level == "local"
+    store.close()
+    app = make_app(dict(settings, **{
+        "mongodb.read_preference": "secondaryPreferred", "mongodb.read_concern": "majority",
+    }))
+    store = app.registry.feed_store
+    assert isinstance(store.feed_collection("tenders").read_preference, SecondaryPreferred)
+    assert store.feed_collection("tenders").read_concern.level == "majority"
+    assert store.collection("tenders").write_concern.document == {"w": "majority"}
+    store.close()
