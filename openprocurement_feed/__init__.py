@@ -9,7 +9,7 @@
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
   ``feed.resources``;
 * JSON error views: 409 for a write conflict, 503 while the database is
-  unreachable.
+  unreachable or when a feed query runs past ``feed.max_time_ms``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 
 from .database import ConflictError, FeedStore, FeedStoreMixin
-from .errors import conflict_view, database_unavailable_view
+from .errors import conflict_view, database_unavailable_view, query_timeout_view
 from .offset import InvalidOffset, Offset, compose_offset, parse_offset
 from .settings import FeedSettings, parse_settings
 from .views import FeedDefinition, add_feed
@@ -55,7 +55,7 @@ def includeme(config: Configurator) -> None:
 
     Including twice is harmless: the second include reuses the first store.
     """
-    from pymongo.errors import ConnectionFailure
+    from pymongo.errors import ConnectionFailure, ExecutionTimeout
 
     registry = config.registry
     config.include("cornice")
@@ -73,5 +73,6 @@ def includeme(config: Configurator) -> None:
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
+    config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
     for name in settings.resources:
         config.add_feed(name)

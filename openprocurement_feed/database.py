@@ -79,11 +79,14 @@ class FeedStoreMixin:
     """Feed queries and stamped writes on pymongo collections.
 
     The host class provides ``watermark_seconds`` (float, 0 disables the
-    watermark) and ``max_limit`` (the largest page).
+    watermark) and ``max_limit`` (the largest page); it may set
+    ``max_time_ms`` to bound the server time of every feed query (0: no
+    bound; a query over it raises :class:`pymongo.errors.ExecutionTimeout`).
     """
 
     watermark_seconds: float = 1.0
     max_limit: int = 1000
+    max_time_ms: int = 0
 
     # -- writes -----------------------------------------------------------
 
@@ -211,7 +214,10 @@ class FeedStoreMixin:
         projection[PUBLIC_MODIFIED] = 1
         if offset_field != PUBLIC_MODIFIED:
             projection[offset_field] = 1
-        return list(collection.find(query, projection, sort=sort, limit=limit))
+        cursor = collection.find(query, projection, sort=sort, limit=limit)
+        if self.max_time_ms:
+            cursor = cursor.max_time_ms(self.max_time_ms)
+        return list(cursor)
 
     def feed_page(
         self,
@@ -296,6 +302,8 @@ class FeedStoreMixin:
         query[offset.field] = offset.value
         direction = DESCENDING if descending else ASCENDING
         cursor = collection.find(query, {"_id": 1}, sort=[("_id", direction)])
+        if self.max_time_ms:
+            cursor = cursor.max_time_ms(self.max_time_ms)
         return [row["_id"] for row in cursor]
 
     def _after(
@@ -385,8 +393,10 @@ class FeedStore(FeedStoreMixin):
         read_concern: str = "local",
         write_concern: str | int = "majority",
         collections: Mapping[str, str] | None = None,
+        max_time_ms: int = 0,
     ) -> None:
         self.client = client
+        self.max_time_ms = max_time_ms
         self.db = client[db_name]
         self.watermark_seconds = watermark_seconds
         self.max_limit = max_limit
@@ -415,6 +425,7 @@ class FeedStore(FeedStoreMixin):
             read_concern=settings.read_concern,
             write_concern=settings.write_concern,
             collections=settings.collections,
+            max_time_ms=settings.max_time_ms,
         )
 
     def collection(self, name: str) -> Collection:

@@ -32,3 +32,11 @@ def database_unavailable_view(exc: Exception, request: Request) -> dict[str, Any
     request.response.status = 503
     request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return error_body("body", "database", "The database is unavailable; retry later")
+
+
+def query_timeout_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """503 for a feed query that ran past ``feed.max_time_ms``."""
+    log.warning("Query over its time limit for %s %s: %s", request.method, request.path, exc)
+    request.response.status = 503
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body("body", "database", "The query took too long; retry later")

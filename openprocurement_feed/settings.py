@@ -61,6 +61,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({
     "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
     "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
     "resources": Setting("feed.resources", "FEED_RESOURCES", ""),
+    "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
 })
 
 
@@ -83,6 +84,7 @@ class FeedSettings:
     default_limit: int = 100
     max_limit: int = 1000
     resources: tuple[str, ...] = ()
+    max_time_ms: int = 0
     collections: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -163,6 +165,15 @@ def parse_positive_int(where: str, value: str, upper: int | None = None) -> int:
     allowed = "expected an integer >= 1" + (f" and <= {upper}" if upper else "")
     number = _number(int, where, value, allowed)
     if number < 1 or (upper is not None and number > upper):
+        raise _fail(where, value, allowed)
+    return number
+
+
+def parse_non_negative_int(where: str, value: str) -> int:
+    """An integer >= 0."""
+    allowed = "expected an integer >= 0 (0 means no limit)"
+    number = _number(int, where, value, allowed)
+    if number < 0:
         raise _fail(where, value, allowed)
     return number
 
@@ -261,5 +272,6 @@ def parse_settings(
         default_limit=default_limit,
         max_limit=max_limit,
         resources=parse_names(*raw("resources")),
+        max_time_ms=parse_non_negative_int(*raw("max_time_ms")),
         collections=parse_collections(settings, env),
     )

@@ -347,3 +347,22 @@ def test_feed_indexes_are_created(demo_app: Any, store: Any) -> None:
     assert info["feed_mode"]["key"] == [("is_test", 1), ("public_modified", 1), ("_id", 1)]
     assert info["feed_all"]["key"] == [("public_modified", 1), ("_id", 1)]
     assert info["feed_mode"]["partialFilterExpression"] == {"is_public": True}
+
+
+def test_query_over_its_time_limit_is_503(settings: dict[str, str]) -> None:
+    """``feed.max_time_ms`` bounds the server time of a feed query: past it,
+    the client gets a 503 with the JSON body and Retry-After, not a 500."""
+    from webtest import TestApp
+
+    from openprocurement_feed.demo import main
+
+    app = main({}, **dict(settings, **{"feed.max_time_ms": "1"}))
+    store = app.registry.feed_store
+    store.collection("tenders").insert_many(
+        [{"_id": f"{n:032x}", "public_modified": 100.0 + n, "is_public": True, "is_test": False,
+          "dateModified": "x", "pad": "x" * 2000} for n in range(3000)]
+    )
+    response = TestApp(app).get(FEED + "?opt_fields=public_modified", status=503)
+    assert response.json["errors"][0]["description"] == "The query took too long; retry later"
+    assert response.headers["Retry-After"] == "1"
+    store.close()

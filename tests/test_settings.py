@@ -33,6 +33,7 @@ def test_ini_values() -> None:
             "feed.default_limit": "50",
             "feed.max_limit": "500",
             "feed.resources": "tenders plans, contracts",
+            "feed.max_time_ms": "2500",
         },
         {},
     )
@@ -45,6 +46,7 @@ def test_ini_values() -> None:
     assert settings.route_prefix == "/api/2.5"
     assert (settings.default_limit, settings.max_limit) == (50, 500)
     assert settings.resources == ("tenders", "plans", "contracts")
+    assert settings.max_time_ms == 2500
     assert settings.collection_name("plans") == "plan_docs"
     assert settings.collection_name("tenders") == "tenders"
 
@@ -97,6 +99,8 @@ def test_missing_uri_names_the_setting_and_the_variable() -> None:
         ("feed.resources", "tenders tenders", "expected each feed name once"),
         ("feed.resources", "ten-ders", "'ten-ders'"),
         ("mongodb.plans_collection", "$bad", "'mongodb.plans_collection': '$bad'"),
+        ("feed.max_time_ms", "-1", "'feed.max_time_ms': '-1'; expected an integer >= 0"),
+        ("feed.max_time_ms", "soon", "'feed.max_time_ms': 'soon'"),
     ],
 )
 def test_bad_values_name_the_setting(key: str, value: str, message: str) -> None:
