@@ -7,7 +7,7 @@ one place.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from .offset import InvalidOffset, Offset, parse_offset
@@ -55,10 +55,6 @@ class FeedParams:
             params["mode"] = self.mode
         params["offset"] = offset
         return dict(sorted(params.items()))
-
-    def flipped(self) -> "FeedParams":
-        """The same request in the other direction."""
-        return replace(self, descending=not self.descending)
 
 
 def parse_limit(raw: str | None, default: int, maximum: int) -> tuple[int, bool]:

@@ -15,6 +15,7 @@ import logging
 import sys
 from typing import Any
 
+from pymongo.errors import PyMongoError
 from pyramid.exceptions import ConfigurationError
 
 from ..cli import CommandError
@@ -111,17 +112,14 @@ def run(args: argparse.Namespace) -> int:
         mongodb_uri=args.mongodb_uri,
         seed=args.seed,
     )
+    from requests import RequestException  # the client extra: imported when the command runs
+
     try:
         results = run_experiment(config, _progress)
     except (ConfigurationError, EmbeddedServerError) as error:
         raise CommandError(str(error).splitlines()[0]) from None
-    except Exception as error:
-        from pymongo.errors import PyMongoError
-        from requests import RequestException
-
-        if isinstance(error, (PyMongoError, RequestException)):
-            raise CommandError(f"the experiment failed: {type(error).__name__}: {error}") from None
-        raise
+    except (PyMongoError, RequestException) as error:
+        raise CommandError(f"the experiment failed: {type(error).__name__}: {error}") from None
     if args.json:
         print(race_json(results))
     else:
