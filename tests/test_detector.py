@@ -197,7 +197,7 @@ def test_check_a_quiet_feed_exits_0(server: Any, put: Callable[..., None], capsy
     status = cli_main(["check", server.api_url + "/tenders", "--checks", "3", "--wait", "0.01", "--interval", "0"])
     out = capsys.readouterr().out
     assert status == 0
-    assert "3 checks" in out and "0 with late arrivals" in out
+    assert "3 checks" in out and ": 0 with late arrivals" in out
 
 
 def test_check_an_empty_feed_says_so(server: Any, capsys: pytest.CaptureFixture[str]) -> None:
