@@ -157,8 +157,8 @@ def test_database_outage(database: EmbeddedServer) -> None:
             worker.start()
         time.sleep(1.5)
 
+        database.stop()  # takes a while: requests started meanwhile may succeed
         down_at = time.monotonic()
-        database.stop()
         time.sleep(2.5 * SELECTION_TIMEOUT_MS / 1000)
         up_at = time.monotonic()
         database.start()  # same port, same data folder
@@ -176,7 +176,7 @@ def test_database_outage(database: EmbeddedServer) -> None:
     statuses = {outcome.status for outcome in outcomes}
     assert statuses <= {200, 201, 409, 503}, sorted(statuses)
     assert all(o.status != 409 for o in outcomes if o.kind != "patch")
-    during = [o for o in outcomes if down_at + 0.2 < o.started < up_at]
+    during = [o for o in outcomes if down_at < o.started < up_at]
     assert during, "no request was made during the outage"
     assert {o.kind for o in during if o.status == 503} == {"create", "patch", "read"}
     for outcome in outcomes:
