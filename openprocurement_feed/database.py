@@ -21,17 +21,25 @@ from pymongo.read_preferences import make_read_preference
 from pymongo.write_concern import WriteConcern
 
 from .offset import Offset, ids_digest
+from .orders import (
+    COMMIT,
+    COMMITTED_TS,
+    ORDERS,
+    PUBLIC_MODIFIED,
+    PUBLIC_TS,
+    WATERMARK,
+    CommitOrder,
+    FeedOrder,
+    PageReader,
+    WatermarkOrder,
+    WatermarkReader,
+    now_seconds,
+    positions_name,
+)
 from .settings import FeedSettings
 
 log = logging.getLogger(__name__)
 
-PUBLIC_MODIFIED = "public_modified"
-PUBLIC_TS = "public_ts"
-
-
-def now_seconds() -> dict[str, Any]:
-    """``$$NOW`` in seconds with millisecond resolution, evaluated by the server."""
-    return {"$divide": [{"$toLong": "$$NOW"}, 1000]}
 
 HIDDEN_STATUSES = ("draft", "deleted")
 #: The server's error code for an index that exists under another name.
@@ -139,14 +147,17 @@ class FeedStoreMixin:
 
     # -- reads ------------------------------------------------------------
 
+    def feed_order(self, name: str | None = None) -> FeedOrder:
+        """The :class:`~.orders.FeedOrder` called ``name`` (default: watermark)."""
+        if name == COMMIT:
+            return CommitOrder(self.watermark_seconds)
+        if name not in (None, WATERMARK):
+            raise ValueError(f"unknown feed order {name!r}; expected one of {', '.join(ORDERS)}")
+        return WatermarkOrder(self.watermark_seconds, getattr(self, "stamp_public_ts", False))
+
     def watermark_expr(self, field: str = PUBLIC_MODIFIED) -> dict[str, Any]:
         """``field <= $$NOW - W``, by the database's own clock."""
-        return {
-            "$lte": [
-                f"${field}",
-                {"$subtract": [now_seconds(), self.watermark_seconds]},
-            ]
-        }
+        return WatermarkReader(None, self.watermark_seconds, field).watermark_expr()  # type: ignore[arg-type]
 
     def build_query(
         self,
@@ -158,12 +169,15 @@ class FeedStoreMixin:
         filters: Mapping[str, Any] | None = None,
         watermark: bool = True,
         has_offset: bool | None = None,
+        reader: PageReader | None = None,
     ) -> tuple[dict[str, Any], list[tuple[str, int]]]:
         """The filter and sort of one feed query.
 
-        The watermark applies to every ascending query and to a descending
-        query without offset; ``watermark=False`` leaves it out (for
-        ``explain``, which cannot evaluate ``$$NOW`` everywhere).
+        The upper bound comes from ``reader`` (a watermark reader by default):
+        in watermark order it applies to every ascending query and to a
+        descending query without offset; ``watermark=False`` leaves it out
+        (for ``explain``, which cannot evaluate ``$$NOW`` everywhere). In
+        commit order it is the checkpoint.
         """
         query: dict[str, Any] = dict(filters or {})
         query["is_public"] = True
@@ -173,15 +187,17 @@ class FeedStoreMixin:
             query[offset_field] = {operator: offset_value}
         if has_offset is None:
             has_offset = offset_value is not None
-        if (
-            watermark
-            and offset_field == PUBLIC_MODIFIED
-            and self.watermark_seconds > 0
-            and (not descending or not has_offset)
-        ):
-            query["$expr"] = self.watermark_expr(offset_field)
+        if watermark:
+            if reader is None:
+                reader = WatermarkReader(None, self.watermark_seconds, offset_field)  # type: ignore[arg-type]
+            reader.bound(query, descending, has_offset)
         direction = DESCENDING if descending else ASCENDING
         return query, [(offset_field, direction), ("_id", direction)]
+
+    def _reader(self, order: FeedOrder, collection: Collection, key: str) -> Any:
+        if isinstance(order, WatermarkOrder):
+            return order.reader(collection, self.max_time_ms, key=key)
+        return order.reader(collection, self.max_time_ms)
 
     def list(
         self,
@@ -195,29 +211,51 @@ class FeedStoreMixin:
         limit: int = 0,
         filters: Mapping[str, Any] | None = None,
         has_offset: bool | None = None,
+        order: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Public documents in feed order, older than the watermark.
+        """Public documents in feed order, up to the order's bound.
 
-        Sorted by ``(offset_field, _id)``; ``fields`` are projected together
-        with ``_id`` and ``public_modified``. ``limit=0`` means no limit.
+        In watermark order (the default) sorted by ``(offset_field, _id)``
+        and never newer than the watermark; in commit order (``order =
+        "commit"``) sorted by ``(committed_ts, _id)`` up to the checkpoint
+        (``offset_field`` is then ``committed_ts``). ``fields`` are projected
+        together with ``_id`` and ``public_modified``. ``limit=0`` means no
+        limit.
         """
+        fields = list(fields)
+        feed_order = self.feed_order(order)
+        with self._reader(feed_order, collection, offset_field) as reader:
+            rows = self._rows(
+                reader, fields, inclusive_filter=inclusive_filter, offset_value=offset_value,
+                mode=mode, descending=descending, limit=limit, filters=filters,
+                has_offset=has_offset,
+            )
+            return reader.finish(rows, fields)
+
+    def _rows(
+        self,
+        reader: PageReader,
+        fields: list[str],
+        inclusive_filter: bool = False,
+        offset_value: Any = None,
+        mode: str = "all",
+        descending: bool = False,
+        limit: int = 0,
+        filters: Mapping[str, Any] | None = None,
+        has_offset: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """One query of a page through ``reader`` (rows not yet finished)."""
         query, sort = self.build_query(
             inclusive_filter=inclusive_filter,
-            offset_field=offset_field,
+            offset_field=reader.key,
             offset_value=offset_value,
             mode=mode,
             descending=descending,
             filters=filters,
             has_offset=has_offset,
+            reader=reader,
         )
-        projection = {name: 1 for name in fields}
-        projection[PUBLIC_MODIFIED] = 1
-        if offset_field != PUBLIC_MODIFIED:
-            projection[offset_field] = 1
-        cursor = collection.find(query, projection, sort=sort, limit=limit)
-        if self.max_time_ms:
-            cursor = cursor.max_time_ms(self.max_time_ms)
-        return list(cursor)
+        return reader.find(query, fields, sort, limit)
 
     def feed_page(
         self,
@@ -228,87 +266,100 @@ class FeedStoreMixin:
         descending: bool = False,
         limit: int = 100,
         filters: Mapping[str, Any] | None = None,
+        order: str | None = None,
     ) -> list[dict[str, Any]]:
-        """One page of the feed after ``offset``.
+        """One page of the feed after ``offset``, in watermark or commit order.
 
-        With a tie-aware offset (``count > 0``) the query is inclusive; the
-        items of the tie group already served (the run of ``count`` ids whose
-        digest matches, and everything before it in ``(value, _id)`` order)
-        are dropped. When no run matches, the group is sent again: duplicates
-        are acceptable, losses are not.
+        An offset written by the other order is read a safe margin earlier
+        (:meth:`~.orders.FeedOrder.convert`). With a tie-aware offset
+        (``count > 0``) the query is inclusive; the items of the tie group
+        already served (the run of ``count`` ids whose digest matches, and
+        everything before it in ``(value, _id)`` order) are dropped. When no
+        run matches, the group is sent again: duplicates are acceptable,
+        losses are not.
 
         The run is looked for from the start of the group: when the group
         began on the previous page this is SPEC's "first ``n`` rows" check.
         Looking further serves groups that span more than two pages (one
         command stamping more than ``limit`` documents), where the rows
-        before the run were served by earlier pages. A row that commits with
-        exactly the boundary stamp later than ``W`` after its stamp, sorting
-        before the run, would be skipped; that is the same premise the
-        watermark rests on (no write takes longer than ``W`` to commit).
+        before the run were served by earlier pages. In watermark order, a
+        row that commits with exactly the boundary stamp later than ``W``
+        after its stamp, sorting before the run, would be skipped; that is
+        the same premise the watermark rests on (no write takes longer than
+        ``W`` to commit). In commit order a tie group is one transaction,
+        complete below the checkpoint, so the premise holds by construction.
+
+        In commit order, rows whose document is gone or hidden when the page
+        is read carry ``HIDDEN``: they move the offsets on, the views do not
+        show them.
         """
         fields = list(fields)
+        feed_order = self.feed_order(order)
+        if offset is not None:
+            offset = feed_order.convert(offset, descending)
+        key = offset.field if offset is not None else feed_order.key
+        with self._reader(feed_order, collection, key) as reader:
+            rows = self._page(reader, fields, offset, mode, descending, limit, filters)
+            return reader.finish(rows, fields)
+
+    def _page(
+        self,
+        reader: PageReader,
+        fields: list[str],
+        offset: Offset | None,
+        mode: str,
+        descending: bool,
+        limit: int,
+        filters: Mapping[str, Any] | None,
+    ) -> list[dict[str, Any]]:
         common = dict(mode=mode, descending=descending, filters=filters)
         if offset is None:
-            return self.list(collection, fields, limit=limit, **common)
-        if offset.field == PUBLIC_TS and not getattr(self, "stamp_public_ts", False):
-            # No public_ts is stamped here: read the legacy cursor by its
-            # seconds on public_modified, one second early (never lose).
-            seconds = float(offset.value.time) + (1.0 if descending else -1.0)
-            offset = Offset(seconds)
+            return self._rows(reader, fields, limit=limit, **common)  # type: ignore[arg-type]
         if offset.count == 0:
-            return self.list(
-                collection,
-                fields,
-                offset_field=offset.field,
-                offset_value=offset.value,
-                limit=limit,
-                **common,
+            return self._rows(
+                reader, fields, offset_value=offset.value, limit=limit, **common  # type: ignore[arg-type]
             )
         fetch = limit + offset.count
-        rows = self.list(
-            collection,
-            fields,
-            inclusive_filter=True,
-            offset_field=offset.field,
-            offset_value=offset.value,
-            limit=fetch,
-            **common,
+        rows = self._rows(
+            reader, fields, inclusive_filter=True, offset_value=offset.value, limit=fetch,
+            **common,  # type: ignore[arg-type]
         )
-        group = [row["_id"] for row in rows if row.get(offset.field) == offset.value]
+        group = [row["_id"] for row in rows if row.get(reader.key) == offset.value]
         end = find_window(group, offset.count, offset.digest)
         if end is None and group and len(group) == len(rows) == fetch:
             # The tie group fills the whole fetch: the run may lie beyond it.
-            group = self._group_ids(collection, offset, mode, descending, filters)
+            group = self._group_ids(reader, offset, mode, descending, filters)
             end = find_window(group, offset.count, offset.digest)
             if end is not None:
-                return self._after(collection, fields, offset, group[end - 1], limit, **common)
+                return self._after(reader, fields, offset, group[end - 1], limit, **common)  # type: ignore[arg-type]
         if end is None:
             return rows[:limit]
         rest = rows[end:]
         if len(rest) >= limit or len(rows) < fetch:
             return rest[:limit]
-        return self._after(collection, fields, offset, group[end - 1], limit, **common)
+        return self._after(reader, fields, offset, group[end - 1], limit, **common)  # type: ignore[arg-type]
 
     def _group_ids(
         self,
-        collection: Collection,
+        reader: PageReader,
         offset: Offset,
         mode: str,
         descending: bool,
         filters: Mapping[str, Any] | None,
     ) -> list[str]:
         """All ids at exactly ``offset.value``, in feed order."""
-        query, _ = self.build_query(mode=mode, descending=descending, filters=filters)
-        query[offset.field] = offset.value
+        query, _ = self.build_query(
+            offset_field=reader.key, mode=mode, descending=descending, filters=filters,
+            reader=reader,
+        )
+        query[reader.key] = offset.value
+        reader.bound(query, descending, True)
         direction = DESCENDING if descending else ASCENDING
-        cursor = collection.find(query, {"_id": 1}, sort=[("_id", direction)])
-        if self.max_time_ms:
-            cursor = cursor.max_time_ms(self.max_time_ms)
-        return [row["_id"] for row in cursor]
+        return [row["_id"] for row in reader.find(query, ["_id"], [("_id", direction)], 0)]
 
     def _after(
         self,
-        collection: Collection,
+        reader: PageReader,
         fields: list[str],
         offset: Offset,
         last_id: str,
@@ -321,35 +372,32 @@ class FeedStoreMixin:
         beyond = "$lt" if descending else "$gt"
         keyset = dict(filters or {})
         keyset["$or"] = [
-            {offset.field: {beyond: offset.value}},
-            {offset.field: offset.value, "_id": {beyond: last_id}},
+            {reader.key: {beyond: offset.value}},
+            {reader.key: offset.value, "_id": {beyond: last_id}},
         ]
-        return self.list(
-            collection,
-            fields,
-            offset_field=offset.field,
-            mode=mode,
-            descending=descending,
-            limit=limit,
-            filters=keyset,
+        return self._rows(
+            reader, fields, mode=mode, descending=descending, limit=limit, filters=keyset,
             has_offset=True,
         )
 
     # -- indexes ----------------------------------------------------------
 
     @staticmethod
-    def feed_index_specs(scope_fields: Iterable[str] = ()) -> list[dict[str, Any]]:
+    def feed_index_specs(
+        scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+    ) -> list[dict[str, Any]]:
         """Index specs that serve every feed query shape.
 
         Partial on ``is_public: true``; equality fields first, then the sort
-        ``(public_modified, _id)``, which also serves the range on
-        ``public_modified``. One index for real/test feeds and one for
-        ``_all_``; the same pair per scope field.
+        ``(key, _id)``, which also serves the range on the key. One index for
+        real/test feeds and one for ``_all_``; the same pair per scope field.
+        ``key`` is ``public_modified`` on a feed collection and
+        ``committed_ts`` on a positions collection.
         """
         specs = []
         for scope in (None, *scope_fields):
             prefix = [(scope, ASCENDING)] if scope else []
-            tail = [(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)]
+            tail = [(key, ASCENDING), ("_id", ASCENDING)]
             stem = f"feed_{scope}_" if scope else "feed_"
             specs.append({"keys": prefix + [("is_test", ASCENDING)] + tail, "name": stem + "mode"})
             specs.append({"keys": prefix + tail, "name": stem + "all"})
@@ -358,11 +406,13 @@ class FeedStoreMixin:
         return specs
 
     def ensure_feed_indexes(
-        self, collection: Collection, scope_fields: Iterable[str] = ()
+        self, collection: Collection, scope_fields: Iterable[str] = (),
+        key: str = PUBLIC_MODIFIED,
     ) -> list[str]:
-        """Create the feed indexes on ``collection``; returns their names."""
+        """Create the feed indexes on ``collection`` (sorted on ``key``);
+        returns their names."""
         names = []
-        for spec in self.feed_index_specs(scope_fields):
+        for spec in self.feed_index_specs(scope_fields, key):
             spec = dict(spec)
             keys = spec.pop("keys")
             try:

@@ -5,6 +5,14 @@ boundary item's ``public_modified``, ``n`` the number of items *in the page*
 that share that exact value and ``h`` the hex md5 of their ids, sorted and
 concatenated. Older forms are still read: a bare float, a legacy ``public_ts``
 offset (``"{seconds}.{10-digit increment}"``) and a legacy ISO-8601 date.
+
+A commit-ordered feed (SPEC D) writes *position* offsets,
+``"{seconds}.{increment:010d}.{n}.{h}"``: the boundary item's position (a
+cluster time, :class:`bson.Timestamp`) in the legacy ``public_ts`` shape plus
+the tie count and digest. Its leading ``{seconds}.{increment}`` still parses
+as a float of seconds (crawlers read it for cool-downs), and its second part
+of exactly ten digits cannot be mistaken for ``repr`` of a ``public_modified``
+float (which never has ten fractional digits at epoch magnitudes).
 """
 from __future__ import annotations
 
@@ -37,16 +45,22 @@ class InvalidOffset(ValueError):
 class Offset:
     """A parsed cursor.
 
-    ``value`` is a ``public_modified`` float or, for legacy offsets, a
-    :class:`bson.Timestamp` read on ``field`` ``public_ts``. ``count`` and
-    ``digest`` describe the items of the previous page at exactly ``value``
-    (``count == 0`` means the offset is exclusive).
+    ``value`` is a ``public_modified`` float or a :class:`bson.Timestamp`
+    (a legacy ``public_ts`` offset or a commit-order position; ``field`` is
+    then ``public_ts``). ``count`` and ``digest`` describe the items of the
+    previous page at exactly ``value`` (``count == 0`` means the offset is
+    exclusive).
     """
 
     value: OffsetValue
     count: int = 0
     digest: str = ""
     field: str = "public_modified"
+
+    @property
+    def is_position(self) -> bool:
+        """True for a cluster-time offset (a position or a legacy ``public_ts``)."""
+        return isinstance(self.value, Timestamp)
 
 
 def ids_digest(ids: Iterable[str]) -> str:
@@ -62,6 +76,24 @@ def compose_offset(value: float, ids_at_value: Iterable[str]) -> str:
     """
     ids = list(ids_at_value)
     return f"{float(value)!r}.{len(ids)}.{ids_digest(ids)}"
+
+
+def compose_position(position: Timestamp, ids_at_position: Iterable[str]) -> str:
+    """Write the offset of a commit-ordered page whose boundary item sits at
+    ``position``; ``ids_at_position`` are the page's ids at exactly it."""
+    ids = list(ids_at_position)
+    return f"{position.time}.{position.inc:010d}.{len(ids)}.{ids_digest(ids)}"
+
+
+def is_position_offset(raw: str) -> bool:
+    """True when ``raw`` is written in the cluster-time shape (a position or a
+    legacy ``public_ts`` offset): the form a commit-ordered feed serves."""
+    parts = raw.split(".")
+    return (
+        len(parts) in (2, 4)
+        and bool(INTEGER_RE.fullmatch(parts[0]))
+        and bool(LEGACY_INCREMENT_RE.fullmatch(parts[1]))
+    )
 
 
 def _parse_iso(raw: str) -> float:
@@ -97,7 +129,7 @@ def parse_offset(raw: str, max_count: int = 1000) -> Offset:
                 stamp = Timestamp(int(parts[0]), int(parts[1]))
             except (TypeError, ValueError, OverflowError):
                 raise InvalidOffset(raw) from None
-            return Offset(stamp, field="public_ts")
+            return Offset(stamp, count, digest if count else "", field="public_ts")
         value = float(parts[0] + "." + parts[1])
         if math.isfinite(value):
             return Offset(value, count, digest if count else "")

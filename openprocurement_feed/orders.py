@@ -1,0 +1,273 @@
+"""The two feed orders: what differs between a watermark feed and a commit feed.
+
+A feed pages rows sorted by ``(key, _id)`` after an offset and up to an upper
+bound. The two orders differ only in where the key lives, in that bound and
+in the offset form, and that difference lives here:
+
+* :class:`WatermarkOrder` (SPEC A/B): the key is the document's own
+  ``public_modified`` (``$$NOW`` when the write started); the bound is
+  ``$$NOW - W`` by the database's clock.
+* :class:`CommitOrder` (SPEC D): the key is ``committed_ts``, the cluster
+  time at which the change committed, kept by the sequencer in a positions
+  collection beside the documents; the bound is the sequencer's published
+  checkpoint. A page reads the checkpoint, pages the positions and then reads
+  the page's documents by ``_id``, all in one causally consistent session.
+
+The store (:class:`~.database.FeedStoreMixin`) opens a :class:`PageReader` of
+the feed's order for each page and runs one code path for both: the offset
+range, the tie handling and the keyset continuation.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from bson.timestamp import Timestamp
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.read_concern import ReadConcern
+
+from .offset import Offset, compose_offset, compose_position
+
+WATERMARK = "watermark"
+COMMIT = "commit"
+#: The feed orders a deployment can choose (``feed.order``).
+ORDERS = (WATERMARK, COMMIT)
+
+PUBLIC_MODIFIED = "public_modified"
+PUBLIC_TS = "public_ts"
+COMMITTED_TS = "committed_ts"
+#: The positions collection of feed collection ``name`` is ``name + suffix``.
+POSITIONS_SUFFIX = "_feed_positions"
+#: The collection holding each followed collection's resume token and checkpoint.
+STATE_COLLECTION = "feed_sequencer_state"
+#: A row whose document is gone or no longer public when its page is read:
+#: it moves the page's offsets on but is not shown (its newer position,
+#: a tombstone or a hidden entry, comes later).
+HIDDEN = "_feed_hidden"
+#: Seconds an offset of the other order is read earlier (on top of ``W``):
+#: a few duplicates, never a loss.
+CROSS_ORDER_MARGIN = 1.0
+
+
+def positions_name(collection_name: str) -> str:
+    """The positions collection beside feed collection ``collection_name``."""
+    return collection_name + POSITIONS_SUFFIX
+
+
+class FeedNotReady(Exception):
+    """A commit-ordered feed has no checkpoint yet: no sequencer has run on it."""
+
+    def __init__(self, collection: str) -> None:
+        super().__init__(
+            f"The commit-ordered feed of collection {collection!r} has no checkpoint yet: "
+            "its sequencer has not run. Start 'openprocurement-feed sequence CONFIG.ini' "
+            "or set feed.sequencer = thread."
+        )
+        self.collection = collection
+
+
+class PageReader:
+    """The database side of one page in one order.
+
+    ``key`` is the row field the page is sorted on; :meth:`find` runs a
+    query on the ordered collection; :meth:`finish` turns its rows into the
+    page's rows (with the documents' fields).
+    """
+
+    key: str = PUBLIC_MODIFIED
+
+    def __init__(self, max_time_ms: int = 0, session: ClientSession | None = None) -> None:
+        self.max_time_ms = max_time_ms
+        self.session = session
+
+    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
+        """Add the order's upper bound to ``query`` (in place)."""
+
+    def _cursor(self, collection: Collection, query: Mapping[str, Any],
+                projection: Mapping[str, Any], sort: Sequence[tuple[str, int]] | None,
+                limit: int) -> list[dict[str, Any]]:
+        cursor = collection.find(query, projection, sort=sort, limit=limit, session=self.session)
+        if self.max_time_ms:
+            cursor = cursor.max_time_ms(self.max_time_ms)
+        return list(cursor)
+
+    def find(self, query: Mapping[str, Any], fields: Iterable[str],
+             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
+        """The page's rows with the documents' ``fields``."""
+        return rows
+
+
+class WatermarkReader(PageReader):
+    """Pages the documents themselves by ``public_modified`` (or ``public_ts``)."""
+
+    def __init__(self, collection: Collection, watermark_seconds: float, key: str,
+                 max_time_ms: int = 0) -> None:
+        super().__init__(max_time_ms)
+        self.collection = collection
+        self.watermark_seconds = watermark_seconds
+        self.key = key
+
+    def watermark_expr(self) -> dict[str, Any]:
+        """``key <= $$NOW - W``, by the database's own clock."""
+        return {"$lte": [f"${self.key}", {"$subtract": [now_seconds(), self.watermark_seconds]}]}
+
+    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
+        # Every ascending query, and a descending one without offset (its
+        # first page seeds a crawler's forward sync); not history.
+        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (
+            not descending or not has_offset
+        ):
+            query["$expr"] = self.watermark_expr()
+
+    def find(self, query: Mapping[str, Any], fields: Iterable[str],
+             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+        projection = {name: 1 for name in fields}
+        projection[PUBLIC_MODIFIED] = 1
+        projection[self.key] = 1
+        return self._cursor(self.collection, query, projection, sort, limit)
+
+
+class CommitReader(PageReader):
+    """Pages the positions collection by ``committed_ts`` up to the checkpoint,
+    then reads the page's documents; one causally consistent session."""
+
+    key = COMMITTED_TS
+
+    def __init__(self, collection: Collection, session: ClientSession, max_time_ms: int = 0) -> None:
+        super().__init__(max_time_ms, session)
+        majority = ReadConcern("majority")
+        db = collection.database
+        options = dict(read_preference=collection.read_preference, read_concern=majority)
+        self.documents = collection.with_options(**options)
+        self.positions = db.get_collection(positions_name(collection.name), **options)
+        state = db.get_collection(STATE_COLLECTION, **options).find_one(
+            {"_id": collection.name}, {"checkpoint": 1}, session=session
+        )
+        if not state or not isinstance(state.get("checkpoint"), Timestamp):
+            raise FeedNotReady(collection.name)
+        self.checkpoint: Timestamp = state["checkpoint"]
+
+    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
+        existing = query.get(COMMITTED_TS)
+        bounded = dict(existing) if isinstance(existing, dict) else {}
+        if existing is not None and not isinstance(existing, dict):
+            bounded["$eq"] = existing
+        bounded["$lte"] = self.checkpoint
+        query[COMMITTED_TS] = bounded
+
+    def find(self, query: Mapping[str, Any], fields: Iterable[str],
+             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+        return self._cursor(self.positions, query, {COMMITTED_TS: 1}, sort, limit)
+
+    def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
+        if not rows:
+            return rows
+        projection = {name: 1 for name in fields}
+        projection[PUBLIC_MODIFIED] = 1
+        projection["is_public"] = 1
+        docs = {
+            doc["_id"]: doc
+            for doc in self._cursor(
+                self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0
+            )
+        }
+        page = []
+        for row in rows:
+            doc = docs.get(row["_id"])
+            if doc is None or doc.get("is_public") is not True:
+                page.append({"_id": row["_id"], COMMITTED_TS: row[COMMITTED_TS], HIDDEN: True})
+            else:
+                doc.pop("is_public", None)
+                doc[COMMITTED_TS] = row[COMMITTED_TS]
+                page.append(doc)
+        return page
+
+
+def now_seconds() -> dict[str, Any]:
+    """``$$NOW`` in seconds with millisecond resolution, evaluated by the server."""
+    return {"$divide": [{"$toLong": "$$NOW"}, 1000]}
+
+
+class FeedOrder:
+    """One feed order: its name, how it reads a page and writes its offsets."""
+
+    name: str = ""
+    key: str = PUBLIC_MODIFIED
+
+    def compose(self, value: Any, ids: Iterable[str]) -> str:
+        """The offset of a page boundary at ``value`` shared by ``ids``."""
+        raise NotImplementedError
+
+    def convert(self, offset: Offset, descending: bool) -> Offset:
+        """``offset`` as this order reads it (an offset of the other order is
+        read a safe margin earlier, in the direction of travel)."""
+        return offset
+
+    @contextmanager
+    def reader(self, collection: Collection, max_time_ms: int = 0) -> Iterator[PageReader]:
+        """A :class:`PageReader` for one page of ``collection``."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+class WatermarkOrder(FeedOrder):
+    """Pages by ``public_modified``, never newer than ``$$NOW - W``.
+
+    ``stamp_public_ts``: the host stamps ``public_ts`` (a cluster time), so
+    legacy ``public_ts`` offsets are read natively on that field.
+    """
+
+    name = WATERMARK
+
+    def __init__(self, watermark_seconds: float, stamp_public_ts: bool = False) -> None:
+        self.watermark_seconds = watermark_seconds
+        self.stamp_public_ts = stamp_public_ts
+
+    def compose(self, value: Any, ids: Iterable[str]) -> str:
+        return compose_offset(value, ids)
+
+    def convert(self, offset: Offset, descending: bool) -> Offset:
+        if not offset.is_position or self.stamp_public_ts:
+            return offset
+        margin = CROSS_ORDER_MARGIN + self.watermark_seconds
+        seconds = float(offset.value.time) + (margin if descending else -margin)
+        return Offset(max(seconds, 0.0))
+
+    @contextmanager
+    def reader(self, collection: Collection, max_time_ms: int = 0,
+               key: str = PUBLIC_MODIFIED) -> Iterator[PageReader]:
+        yield WatermarkReader(collection, self.watermark_seconds, key, max_time_ms)
+
+
+class CommitOrder(FeedOrder):
+    """Pages by commit position up to the sequencer's checkpoint (SPEC D)."""
+
+    name = COMMIT
+    key = COMMITTED_TS
+
+    def __init__(self, watermark_seconds: float = 0.0) -> None:
+        #: offsets written in watermark order are read this much earlier
+        self.margin = CROSS_ORDER_MARGIN + watermark_seconds
+
+    def compose(self, value: Any, ids: Iterable[str]) -> str:
+        return compose_position(value, ids)
+
+    def convert(self, offset: Offset, descending: bool) -> Offset:
+        if offset.is_position:
+            return Offset(offset.value, offset.count, offset.digest, COMMITTED_TS)
+        seconds = float(offset.value)
+        if descending:
+            moment = min(math.ceil(seconds + self.margin), 2**32 - 1)
+        else:
+            moment = max(math.floor(seconds - self.margin), 0)
+        return Offset(Timestamp(int(moment), 0), field=COMMITTED_TS)
+
+    @contextmanager
+    def reader(self, collection: Collection, max_time_ms: int = 0) -> Iterator[PageReader]:
+        with collection.database.client.start_session(causal_consistency=True) as session:
+            yield CommitReader(collection, session, max_time_ms)
