@@ -9,7 +9,11 @@
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
   ``feed.resources``;
 * JSON error views: 409 for a write conflict, 503 while the database is
-  unreachable or when a feed query runs past ``feed.max_time_ms``.
+  unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
+  commit-ordered feed has no checkpoint yet;
+* with ``feed.sequencer = thread``, ``registry.feed_sequencer``: a
+  :class:`~.sequencer.Sequencer` following the collections of every
+  commit-ordered feed, started when the configuration is committed.
 """
 from __future__ import annotations
 
@@ -20,8 +24,14 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 
 from .database import ConflictError, FeedStore, FeedStoreMixin
-from .errors import conflict_view, database_unavailable_view, query_timeout_view
-from .offset import InvalidOffset, Offset, compose_offset, parse_offset
+from .errors import (
+    conflict_view,
+    database_unavailable_view,
+    feed_not_ready_view,
+    query_timeout_view,
+)
+from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
+from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
 from .views import FeedDefinition, add_feed
 
@@ -34,7 +44,10 @@ __all__ = [
     "InvalidOffset",
     "Offset",
     "compose_offset",
+    "compose_position",
+    "commit_collections",
     "includeme",
+    "shutdown",
     "parse_offset",
     "parse_settings",
 ]
@@ -50,6 +63,46 @@ def _start_embedded(settings: FeedSettings) -> Any:
     return EmbeddedServer(storage_path=settings.embedded_path).start()
 
 
+def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
+    """The collections of the registry's commit-ordered feeds, each with the
+    scope fields its feeds filter on: what a sequencer must follow."""
+    found: dict[str, tuple[str, ...]] = {}
+    for feed in getattr(registry, "feed_definitions", {}).values():
+        if feed.order != COMMIT:
+            continue
+        scopes = found.get(feed.collection, ())
+        if feed.filter_field and feed.filter_field not in scopes:
+            scopes += (feed.filter_field,)
+        found[feed.collection] = scopes
+    return found
+
+
+def _start_sequencer(registry: Any) -> None:
+    """Start the in-process sequencer of the commit-ordered feeds (if any)."""
+    from .sequencer import Sequencer
+
+    collections = commit_collections(registry)
+    if not collections or getattr(registry, "feed_sequencer", None) is not None:
+        return
+    store = registry.feed_store
+    registry.feed_sequencer = Sequencer(store.db, collections).start()
+
+
+def shutdown(registry: Any) -> None:
+    """Stop what the include started: the in-process sequencer, the store's
+    connections and the embedded database (each if present)."""
+    sequencer = getattr(registry, "feed_sequencer", None)
+    if sequencer is not None:
+        sequencer.stop()
+        registry.feed_sequencer = None
+    store = getattr(registry, "feed_store", None)
+    if store is not None:
+        store.close()
+    embedded = getattr(registry, "feed_embedded", None)
+    if embedded is not None:
+        embedded.stop()
+
+
 def includeme(config: Configurator) -> None:
     """Parse the settings, create the store and add the ``add_feed`` directive.
 
@@ -62,6 +115,8 @@ def includeme(config: Configurator) -> None:
     config.add_directive("add_feed", add_feed, action_wrap=False)
     if getattr(registry, "feed_store", None) is not None:
         return
+    registry.feed_definitions = {}
+    registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
     uri = settings.uri
@@ -74,5 +129,11 @@ def includeme(config: Configurator) -> None:
     config.add_view(conflict_view, context=ConflictError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
     config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
+    config.add_view(feed_not_ready_view, context=FeedNotReady, renderer="json")
+    if settings.sequencer == "thread":
+        # Late, so that the feeds added after the include are known.
+        config.action(
+            ("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10
+        )
     for name in settings.resources:
         config.add_feed(name)

@@ -40,3 +40,11 @@ def query_timeout_view(exc: Exception, request: Request) -> dict[str, Any]:
     request.response.status = 503
     request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return error_body("body", "database", "The query took too long; retry later")
+
+
+def feed_not_ready_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """503 for a commit-ordered feed before its first checkpoint (SPEC D.6)."""
+    log.warning("Feed not ready for %s %s: %s", request.method, request.path, exc)
+    request.response.status = 503
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body("body", "feed", str(exc))

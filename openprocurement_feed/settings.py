@@ -62,7 +62,13 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({
     "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
     "resources": Setting("feed.resources", "FEED_RESOURCES", ""),
     "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
+    "order": Setting("feed.order", "FEED_ORDER", "watermark"),
+    "sequencer": Setting("feed.sequencer", "FEED_SEQUENCER", "off"),
 })
+#: The feed orders (SPEC D): by ``public_modified`` behind a watermark, or by commit.
+ORDERS = ("watermark", "commit")
+#: Where the sequencer of commit-ordered feeds runs: elsewhere, or in a thread here.
+SEQUENCER_MODES = ("off", "thread")
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class FeedSettings:
     resources: tuple[str, ...] = ()
     max_time_ms: int = 0
     collections: Mapping[str, str] = field(default_factory=dict)
+    order: str = "watermark"
+    sequencer: str = "off"
 
     @property
     def embedded(self) -> bool:
@@ -274,4 +282,6 @@ def parse_settings(
         resources=parse_names(*raw("resources")),
         max_time_ms=parse_non_negative_int(*raw("max_time_ms")),
         collections=parse_collections(settings, env),
+        order=parse_choice(*raw("order"), ORDERS),
+        sequencer=parse_choice(*raw("sequencer"), SEQUENCER_MODES),
     )

@@ -13,10 +13,11 @@ from urllib.parse import urlencode
 
 from cornice import Service
 from pyramid.config import Configurator
+from pyramid.exceptions import ConfigurationError
 from pyramid.request import Request
 
-from .database import PUBLIC_MODIFIED
 from .offset import compose_offset
+from .orders import COMMIT, COMMITTED_TS, HIDDEN, ORDERS, PUBLIC_MODIFIED, FeedOrder, positions_name
 from .params import FeedParams, ParamError, parse_params
 
 DISCRIMINATOR = "openprocurement_feed.feed"
@@ -39,6 +40,7 @@ class FeedDefinition:
     scope: str | None = None
     scope_field: str | None = None
     permission: str | None = None
+    order: str = "watermark"
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
@@ -50,22 +52,23 @@ class FeedDefinition:
         return self.scope_field or self.scope
 
 
-def _boundary_ids(rows: Sequence[dict[str, Any]], value: float) -> list[str]:
-    return [row["_id"] for row in rows if row.get(PUBLIC_MODIFIED) == value]
-
-
-def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str) -> tuple[str, str]:
-    """The ``(next, prev)`` offsets of a page: its last and first items'.
+def page_offsets(
+    rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None
+) -> tuple[str, str]:
+    """The ``(next, prev)`` offsets of a page: its last and first rows', in
+    the feed's order (watermark order by default).
 
     An empty page echoes the request's offset in both.
     """
     if not rows:
         return raw_offset, raw_offset
-    last = rows[-1][PUBLIC_MODIFIED]
-    first = rows[0][PUBLIC_MODIFIED]
+    key = order.key if order is not None else PUBLIC_MODIFIED
+    compose = order.compose if order is not None else compose_offset
+    last = rows[-1][key]
+    first = rows[0][key]
     return (
-        compose_offset(last, _boundary_ids(rows, last)),
-        compose_offset(first, _boundary_ids(rows, first)),
+        compose(last, [row["_id"] for row in rows if row.get(key) == last]),
+        compose(first, [row["_id"] for row in rows if row.get(key) == first]),
     )
 
 
@@ -89,12 +92,17 @@ def render_page(
     feed: FeedDefinition,
     params: FeedParams,
     rows: Sequence[dict[str, Any]],
+    order: FeedOrder | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of a feed page (SPEC A, "Response 200")."""
+    """The JSON body of a feed page (SPEC A, "Response 200").
+
+    Rows marked hidden by the store (commit order: the document is gone or
+    no longer public) move the offsets on but are not shown.
+    """
     fields = tuple(feed.default_fields) + params.opt_fields
-    next_offset, prev_offset = page_offsets(rows, params.raw_offset)
+    next_offset, prev_offset = page_offsets(rows, params.raw_offset, order)
     body: dict[str, Any] = {
-        "data": [render_item(row, fields) for row in rows],
+        "data": [render_item(row, fields) for row in rows if HIDDEN not in row],
         "next_page": page_link(request, params.link_params(next_offset)),
     }
     if params.descending or params.raw_offset:
@@ -145,8 +153,9 @@ def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
             descending=params.descending,
             limit=params.limit,
             filters=filters,
+            order=feed.order,
         )
-        return render_page(request, feed, params, rows)
+        return render_page(request, feed, params, rows, store.feed_order(feed.order))
 
     return view
 
@@ -161,6 +170,7 @@ def add_feed(
     scope: str | None = None,
     scope_field: str | None = None,
     permission: str | None = None,
+    order: str | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -174,6 +184,9 @@ def add_feed(
         ``opt_fields`` (``public_modified`` is always allowed).
     :param scope: a route parameter that filters the feed.
     :param permission: the Pyramid permission the view requires.
+    :param order: ``"watermark"`` or ``"commit"`` (default: ``feed.order``);
+        a commit-ordered feed needs a sequencer (``openprocurement-feed
+        sequence`` or ``feed.sequencer = thread``).
 
     Registering the same ``name`` twice is a configuration conflict.
     """
@@ -181,6 +194,11 @@ def add_feed(
     path = (path or name).strip("/")
     if scope and "{" + scope + "}" not in path:
         raise ValueError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
+    order = order or settings.order
+    if order not in ORDERS:
+        raise ConfigurationError(
+            f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}"
+        )
     feed = FeedDefinition(
         name=name,
         path=path,
@@ -190,6 +208,7 @@ def add_feed(
         scope=scope,
         scope_field=scope_field,
         permission=permission,
+        order=order,
     )
     service = Service(
         name=f"openprocurement_feed.{name}",
@@ -204,14 +223,17 @@ def add_feed(
         renderer="json",
     )
     config.add_cornice_service(service)
+    config.registry.feed_definitions[name] = feed
 
     def create_indexes() -> None:
         store = config.registry.feed_store
+        scope_fields = [feed.filter_field] if feed.filter_field else []
         try:
-            store.ensure_feed_indexes(
-                store.collection(feed.collection),
-                [feed.filter_field] if feed.filter_field else [],
-            )
+            store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
+            if feed.order == COMMIT:
+                store.ensure_feed_indexes(
+                    store.collection(positions_name(feed.collection)), scope_fields, COMMITTED_TS
+                )
         except Exception as error:  # the feed works without them, only slower
             log.warning(
                 "Could not create the indexes of feed %r: %s", name, error

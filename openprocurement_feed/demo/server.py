@@ -77,10 +77,9 @@ class DemoServer:
         self._close_app()
 
     def _close_app(self) -> None:
-        self.registry.feed_store.close()
-        embedded = getattr(self.registry, "feed_embedded", None)
-        if embedded is not None:
-            embedded.stop()
+        from .. import shutdown
+
+        shutdown(self.registry)
 
     def __enter__(self) -> "DemoServer":
         return self.start()

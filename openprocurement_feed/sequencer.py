@@ -1,0 +1,516 @@
+"""The sequencer: gives every committed change a position in commit order (SPEC D).
+
+For each collection of a commit-ordered feed, a :class:`CollectionSequencer`
+follows the collection's change stream, strictly in order and in batches, and
+keeps one *entry* per document in the positions collection beside it
+(:func:`~.orders.positions_name`)::
+
+    {_id, committed_ts, rev, is_public, is_test, public_modified, <scope fields>}
+
+``committed_ts`` is the change event's ``clusterTime``. Entries move
+**forward only**: one bulk write per batch, each a pipeline upsert that
+replaces the entry only when the event is newer, so a stale or repeated event
+is a no-op and any number of sequencers can run at once. A deleted document's
+entry becomes a tombstone (``is_public: false, deleted: true``) at the
+delete's position. The sequencer never writes the application's documents.
+
+After each batch the resume token and the **checkpoint** are saved with
+``w: majority`` in the state collection (``$max``: never backwards). The
+checkpoint promises that every change with ``clusterTime <= checkpoint`` has
+its entry: it is the last event's time when the stream is caught up, else
+that time's predecessor (a transaction's events can straddle batches).
+
+On its first start a sequencer reads the cluster time ``T0``, opens the stream
+at ``T0`` and *backfills*: every public document without an entry gets a
+position below ``T0`` in ``(public_modified, _id)`` order. When its resume
+token has left the oplog it *recovers*: every document whose ``_rev`` differs
+from its entry's (or that has none) gets a fresh position above the old
+checkpoint, entries of vanished documents become tombstones, and it goes on
+from the present. Both are :meth:`CollectionSequencer.restamp`.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from bson.timestamp import Timestamp
+from pymongo import ASCENDING, UpdateOne
+from pymongo.change_stream import CollectionChangeStream
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
+
+from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_COLLECTION, positions_name
+
+log = logging.getLogger(__name__)
+
+#: Server error codes of a resume point that is no longer in the oplog.
+HISTORY_LOST_CODES = frozenset({136, 280, 286})
+#: Events that end a collection's stream.
+INVALIDATING = frozenset({"drop", "rename", "dropDatabase", "invalidate"})
+#: Documents read and written per round trip by backfill and recovery.
+RESTAMP_CHUNK = 1000
+MAX_INCREMENT = 2**32 - 1
+
+
+def successor(position: Timestamp) -> Timestamp:
+    """The next position after ``position``."""
+    if position.inc < MAX_INCREMENT:
+        return Timestamp(position.time, position.inc + 1)
+    return Timestamp(position.time + 1, 0)
+
+
+def predecessor(position: Timestamp) -> Timestamp:
+    """The position just before ``position``."""
+    if position.inc > 0:
+        return Timestamp(position.time, position.inc - 1)
+    return Timestamp(position.time - 1, MAX_INCREMENT)
+
+
+def cluster_time(db: Database) -> Timestamp:
+    """The database's current cluster (operation) time."""
+    reply = db.command("ping")
+    stamp = reply.get("operationTime") or (reply.get("$clusterTime") or {}).get("clusterTime")
+    if not isinstance(stamp, Timestamp):
+        raise SequencerError(
+            "The database reports no cluster time: the commit-ordered feed needs a "
+            "replica set or a sharded cluster (change streams)."
+        )
+    return stamp
+
+
+class SequencerError(RuntimeError):
+    """The sequencer cannot follow a collection (a setup problem, not transient)."""
+
+
+@dataclass
+class SequencerStats:
+    """What a collection's sequencer did, for progress lines and benchmarks.
+
+    ``delays_ms`` keeps the last few thousand commit-to-checkpoint delays:
+    the time from an event's ``wallTime`` to the publication of a checkpoint
+    that covers it.
+    """
+
+    events: int = 0
+    stamped: int = 0
+    batches: int = 0
+    backfilled: int = 0
+    recovered: int = 0
+    restarts: int = 0
+    checkpoint: Timestamp | None = None
+    published_at: float = 0.0
+    delays_ms: deque[float] = field(default_factory=lambda: deque(maxlen=5000))
+
+    def delay_summary(self) -> dict[str, float | None]:
+        """Median, p99 and max of the recent commit-to-checkpoint delays (ms)."""
+        values = sorted(self.delays_ms)
+        if not values:
+            return {"median": None, "p99": None, "max": None}
+        return {
+            "median": round(statistics.median(values), 1),
+            "p99": round(values[min(len(values) - 1, int(len(values) * 0.99))], 1),
+            "max": round(values[-1], 1),
+        }
+
+
+class PositionCounter:
+    """Hands out strictly increasing positions for backfill and recovery.
+
+    A document's position is taken from its ``public_modified`` second (so a
+    watermark offset read in commit order stays safe), never at or below
+    ``floor`` and always below ``ceiling``.
+    """
+
+    def __init__(self, ceiling: Timestamp, floor: Timestamp | None = None) -> None:
+        self.ceiling = ceiling
+        self.last = floor
+
+    def next(self, public_modified: Any) -> Timestamp:
+        seconds = public_modified if isinstance(public_modified, (int, float)) else 0
+        candidate = Timestamp(max(0, min(int(seconds), self.ceiling.time - 1)), 1)
+        if self.last is not None and candidate <= self.last:
+            candidate = successor(self.last)
+        if candidate >= self.ceiling:
+            raise SequencerError(
+                f"no free position below {self.ceiling} for a backfilled document"
+            )
+        self.last = candidate
+        return candidate
+
+
+def forward_only(entry: Mapping[str, Any]) -> UpdateOne:
+    """An upsert that writes ``entry`` unless its entry is already as new."""
+    return UpdateOne(
+        {"_id": entry["_id"]},
+        [{"$replaceWith": {"$cond": [
+            {"$lt": ["$" + COMMITTED_TS, entry[COMMITTED_TS]]},
+            {"$literal": dict(entry)},
+            "$$ROOT",
+        ]}}],
+        upsert=True,
+    )
+
+
+class CollectionSequencer:
+    """Follows one collection's change stream and keeps its positions.
+
+    :param collection: the feed collection (its database holds the positions
+        and the state).
+    :param scope_fields: document fields the collection's feeds filter on,
+        copied into each entry.
+    :param batch_size: the most events handled in one bulk write.
+    :param max_await_ms: how long one read of the stream waits for events.
+    """
+
+    def __init__(
+        self,
+        collection: Collection,
+        scope_fields: Iterable[str] = (),
+        batch_size: int = 1000,
+        max_await_ms: int = 20,
+        batch_seconds: float = 0.05,
+    ) -> None:
+        majority = WriteConcern(w="majority")
+        self.name = collection.name
+        self.db = collection.database
+        self.collection = collection.with_options(read_concern=ReadConcern("majority"))
+        self.positions = self.db.get_collection(positions_name(self.name), write_concern=majority)
+        self.state = self.db.get_collection(
+            STATE_COLLECTION, write_concern=majority, read_concern=ReadConcern("majority")
+        )
+        self.scope_fields = tuple(dict.fromkeys(scope_fields))
+        self.batch_size = batch_size
+        self.max_await_ms = max_await_ms
+        self.batch_seconds = batch_seconds
+        self.stats = SequencerStats()
+
+    # -- entries ------------------------------------------------------------
+
+    def entry(self, doc: Mapping[str, Any], position: Timestamp) -> dict[str, Any]:
+        """The positions entry of ``doc`` at ``position``."""
+        entry = {
+            "_id": doc["_id"],
+            COMMITTED_TS: position,
+            "rev": doc.get("_rev"),
+            "is_public": doc.get("is_public") is True,
+            "is_test": doc.get("is_test") is True,
+            PUBLIC_MODIFIED: doc.get(PUBLIC_MODIFIED),
+        }
+        for name in self.scope_fields:
+            if name in doc:
+                entry[name] = doc[name]
+        return entry
+
+    @staticmethod
+    def tombstone(doc_id: Any, position: Timestamp) -> dict[str, Any]:
+        """The entry of a deleted document: hidden from every feed."""
+        return {"_id": doc_id, COMMITTED_TS: position, "is_public": False, "deleted": True}
+
+    def write(self, entries: Sequence[Mapping[str, Any]]) -> int:
+        """Write entries forward-only in one bulk write; the number changed."""
+        if not entries:
+            return 0
+        result = self.positions.bulk_write([forward_only(e) for e in entries], ordered=False)
+        return result.upserted_count + result.modified_count
+
+    def entries_of(self, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """One entry per document: its newest event of ``events``."""
+        latest: dict[Any, dict[str, Any]] = {}
+        for event in events:
+            operation = event.get("operationType")
+            key = (event.get("documentKey") or {}).get("_id")
+            position = event["clusterTime"]
+            if operation == "delete":
+                latest[_hashable(key)] = self.tombstone(key, position)
+            elif operation in ("insert", "replace", "update"):
+                doc = event.get("fullDocument")
+                if doc is None:
+                    continue  # gone since: its delete event follows
+                latest[_hashable(key)] = self.entry(doc, position)
+        return list(latest.values())
+
+    # -- state --------------------------------------------------------------
+
+    def load_state(self) -> dict[str, Any]:
+        """This collection's saved token, checkpoint and start (may be empty)."""
+        return self.state.find_one({"_id": self.name}) or {}
+
+    def publish(self, token: Mapping[str, Any] | None, token_ts: Timestamp | None,
+                checkpoint: Timestamp | None) -> None:
+        """Save the resume token (if newer) and advance the checkpoint (``$max``)."""
+        stage: dict[str, Any] = {}
+        if token is not None and token_ts is not None:
+            newer = {"$lt": [{"$ifNull": ["$token_ts", Timestamp(0, 0)]}, token_ts]}
+            stage["token"] = {"$cond": [newer, {"$literal": dict(token)}, "$token"]}
+            stage["token_ts"] = {"$max": ["$token_ts", token_ts]}
+        if checkpoint is not None:
+            stage["checkpoint"] = {"$max": ["$checkpoint", checkpoint]}
+            stage["published"] = datetime.now(timezone.utc)
+        if not stage:
+            return
+        self.state.update_one({"_id": self.name}, [{"$set": stage}], upsert=True)
+        if checkpoint is not None:
+            now = time.time()
+            if self.stats.checkpoint is None or checkpoint > self.stats.checkpoint:
+                self.stats.checkpoint = checkpoint
+            self.stats.published_at = now
+
+    # -- backfill and recovery ----------------------------------------------
+
+    def restamp(self, ceiling: Timestamp, floor: Timestamp | None = None) -> int:
+        """Give positions below ``ceiling`` (above ``floor``) to every public
+        document without an entry or whose ``_rev`` differs from its entry's,
+        in ``(public_modified, _id)`` order; with ``floor`` (recovery), also
+        turn entries of documents that are gone or hidden into tombstones or
+        hidden entries. Returns the number of entries written."""
+        counter = PositionCounter(ceiling, floor)
+        projection = {"_id": 1, "_rev": 1, "is_public": 1, "is_test": 1, PUBLIC_MODIFIED: 1}
+        projection.update({name: 1 for name in self.scope_fields})
+        cursor = self.collection.find(
+            {"is_public": True}, projection,
+            sort=[(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)],
+            batch_size=RESTAMP_CHUNK,
+        )
+        written = 0
+        for chunk in _chunks(cursor, RESTAMP_CHUNK):
+            known = {
+                _hashable(row["_id"]): row.get("rev")
+                for row in self.positions.find({"_id": {"$in": [doc["_id"] for doc in chunk]}},
+                                               {"rev": 1})
+            }
+            entries = []
+            for doc in chunk:
+                key = _hashable(doc["_id"])
+                if key in known and known[key] == doc.get("_rev"):
+                    continue
+                entries.append(self.entry(doc, counter.next(doc.get(PUBLIC_MODIFIED))))
+            written += self.write(entries)
+        if floor is not None:
+            written += self._hide_vanished(counter)
+        return written
+
+    def _hide_vanished(self, counter: PositionCounter) -> int:
+        """Recovery: public entries whose document is gone or no longer public."""
+        written = 0
+        cursor = self.positions.find({"is_public": True}, {"_id": 1}, batch_size=RESTAMP_CHUNK)
+        for chunk in _chunks(cursor, RESTAMP_CHUNK):
+            ids = [row["_id"] for row in chunk]
+            docs = {
+                _hashable(doc["_id"]): doc
+                for doc in self.collection.find({"_id": {"$in": ids}}, {"is_public": 1, "_rev": 1,
+                                                                       "is_test": 1})
+            }
+            entries = []
+            for doc_id in ids:
+                doc = docs.get(_hashable(doc_id))
+                if doc is None:
+                    entries.append(self.tombstone(doc_id, counter.next(0)))
+                elif doc.get("is_public") is not True:
+                    entries.append(self.entry(doc, counter.next(0)))
+            written += self.write(entries)
+        return written
+
+    # -- the stream ---------------------------------------------------------
+
+    def _watch(self, **options: Any) -> CollectionChangeStream:
+        return self.collection.watch(
+            full_document="updateLookup",
+            max_await_time_ms=self.max_await_ms,
+            batch_size=self.batch_size,
+            **options,
+        )
+
+    def open(self) -> CollectionChangeStream:
+        """Open the stream where the saved state says: after the saved resume
+        token, else at the saved start (no event handled since); backfill on
+        a first start; recover when the resume point has left the oplog."""
+        state = self.load_state()
+        try:
+            if state.get("token"):
+                return self._watch(resume_after=state["token"])
+            if isinstance(state.get("start"), Timestamp):
+                stream = self._watch(start_at_operation_time=state["start"])
+                if state.get("checkpoint") is None:  # stopped during its backfill
+                    self._backfill(state["start"])
+                return stream
+        except OperationFailure as error:
+            if error.code not in HISTORY_LOST_CODES:
+                raise
+            log.warning(
+                "Sequencer of %r: the resume point has left the oplog (%s); "
+                "re-stamping the changed documents", self.name, error.details.get("codeName"),
+            )
+            return self._recover(state)
+        start = cluster_time(self.db)
+        self.state.update_one({"_id": self.name}, {"$setOnInsert": {"start": start}}, upsert=True)
+        start = self.load_state().get("start", start)  # a sequencer that started first wins
+        stream = self._watch(start_at_operation_time=start)
+        self._backfill(start)
+        return stream
+
+    def _backfill(self, start: Timestamp) -> None:
+        began = time.monotonic()
+        count = self.restamp(start)
+        self.stats.backfilled += count
+        self.publish(None, None, predecessor(start))
+        log.info("Sequencer of %r: backfilled %d documents below %s in %.1f s",
+                 self.name, count, start, time.monotonic() - began)
+
+    def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream:
+        start = cluster_time(self.db)
+        stream = self._watch(start_at_operation_time=start)
+        floors = [stamp for stamp in (state.get("checkpoint"), state.get("token_ts"))
+                  if isinstance(stamp, Timestamp)]
+        floor = max(floors) if floors else Timestamp(0, 0)
+        count = self.restamp(start, floor=floor)
+        self.stats.recovered += count
+        self.state.update_one(
+            {"_id": self.name}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True
+        )
+        self.publish(None, None, predecessor(start))
+        log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s",
+                    self.name, count, floor)
+        return stream
+
+    def read_batch(self, stream: CollectionChangeStream) -> tuple[list[dict[str, Any]], bool]:
+        """Events until the stream is caught up, ``batch_size`` events or
+        ``batch_seconds``; returns them and whether the stream was caught up."""
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + self.batch_seconds
+        while len(events) < self.batch_size:
+            event = stream.try_next()
+            if event is None:
+                return events, True
+            events.append(event)
+            if time.monotonic() >= deadline:
+                break
+        return events, False
+
+    def handle(self, stream: CollectionChangeStream, events: list[dict[str, Any]],
+               caught_up: bool) -> None:
+        """Write a batch's entries, then its token and checkpoint."""
+        if not events:
+            return
+        for event in events:
+            if event.get("operationType") in INVALIDATING:
+                raise SequencerError(
+                    f"collection {self.name!r} was {event['operationType']}ped or renamed: "
+                    "its change stream ended"
+                )
+        stamped = self.write(self.entries_of(events))
+        last = events[-1]["clusterTime"]
+        checkpoint = last if caught_up else predecessor(last)
+        self.publish(stream.resume_token, last, checkpoint)
+        now = time.time()
+        stats = self.stats
+        stats.batches += 1
+        stats.events += len(events)
+        stats.stamped += stamped
+        for event in events:
+            wall = event.get("wallTime")
+            if isinstance(wall, datetime) and event["clusterTime"] <= checkpoint:
+                if wall.tzinfo is None:
+                    wall = wall.replace(tzinfo=timezone.utc)
+                stats.delays_ms.append(max(0.0, (now - wall.timestamp()) * 1000.0))
+
+    def run(self, stopping: threading.Event, retry_seconds: float = 1.0) -> None:
+        """Follow the stream until ``stopping`` is set; transient database
+        errors are logged and retried from the saved state."""
+        while not stopping.is_set():
+            try:
+                with self.open() as stream:
+                    while not stopping.is_set():
+                        events, caught_up = self.read_batch(stream)
+                        self.handle(stream, events, caught_up)
+            except SequencerError:
+                raise
+            except PyMongoError as error:
+                self.stats.restarts += 1
+                log.warning("Sequencer of %r: %s: %s; retrying in %g s",
+                            self.name, type(error).__name__, error, retry_seconds)
+                stopping.wait(retry_seconds)
+
+
+class Sequencer:
+    """The sequencers of several collections, one thread each.
+
+    :param collections: feed collection → the scope fields its feeds filter on.
+    """
+
+    def __init__(self, db: Database, collections: Mapping[str, Iterable[str]],
+                 **options: Any) -> None:
+        self.followers = [
+            CollectionSequencer(db.get_collection(name), scope_fields, **options)
+            for name, scope_fields in collections.items()
+        ]
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def _run(self, follower: CollectionSequencer) -> None:
+        try:
+            follower.run(self.stopping)
+        except BaseException as error:  # reported by the owner (errors, logs)
+            self.errors.append(error)
+            log.error("Sequencer of %r stopped: %s", follower.name, error)
+
+    def start(self) -> "Sequencer":
+        """Start one daemon thread per collection."""
+        for follower in self.followers:
+            thread = threading.Thread(
+                target=self._run, args=(follower,), name=f"sequencer-{follower.name}", daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the current batches (their token and checkpoint saved) and end."""
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        """True while every follower thread runs."""
+        return bool(self.threads) and all(thread.is_alive() for thread in self.threads)
+
+    def wait_ready(self, timeout: float = 30.0, poll: Callable[[float], Any] = time.sleep) -> bool:
+        """Wait until every collection has a checkpoint; False on time-out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(follower.stats.checkpoint is not None for follower in self.followers):
+                return True
+            if self.errors:
+                return False
+            poll(0.02)
+        return False
+
+
+def _hashable(value: Any) -> Any:
+    """A dict key for a document ``_id`` of any BSON type."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def _chunks(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
