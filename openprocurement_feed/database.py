@@ -24,6 +24,7 @@ from .offset import Offset, ids_digest
 from .orders import (
     COMMIT,
     COMMITTED_TS,
+    HIDDEN,
     ORDERS,
     PUBLIC_MODIFIED,
     PUBLIC_TS,
@@ -81,6 +82,21 @@ def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
         if ids_digest(ids[start:start + count]) == digest:
             return start + count
     return None
+
+
+#: Extra reads a page may make to replace rows that turned out hidden.
+MAX_HIDDEN_ROUNDS = 10
+
+
+def _cut_after_shown(page: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``page`` up to its ``limit``-th shown row (hidden rows do not count)."""
+    shown = 0
+    for number, row in enumerate(page):
+        if HIDDEN not in row:
+            shown += 1
+            if shown == limit:
+                return page[:number + 1]
+    return page
 
 
 class FeedStoreMixin:
@@ -300,7 +316,20 @@ class FeedStoreMixin:
         key = offset.field if offset is not None else feed_order.key
         with self._reader(feed_order, collection, key) as reader:
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
-            return reader.finish(rows, fields)
+            page = reader.finish(rows, fields)
+            for _ in range(MAX_HIDDEN_ROUNDS):
+                # Keep a full page full when rows turned out hidden: a short
+                # or empty page tells crawlers they reached the end.
+                shown = sum(HIDDEN not in row for row in page)
+                if len(rows) < limit or shown >= limit:
+                    break
+                last = page[-1]
+                rows = self._after(
+                    reader, fields, Offset(last[reader.key], field=reader.key), last["_id"],
+                    limit, mode=mode, descending=descending, filters=filters,
+                )
+                page += reader.finish(rows, fields)
+            return _cut_after_shown(page, limit)
 
     def _page(
         self,

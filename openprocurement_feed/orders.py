@@ -40,8 +40,10 @@ PUBLIC_TS = "public_ts"
 COMMITTED_TS = "committed_ts"
 #: The positions collection of feed collection ``name`` is ``name + suffix``.
 POSITIONS_SUFFIX = "_feed_positions"
-#: The collection holding each followed collection's resume token and checkpoint.
-STATE_COLLECTION = "feed_sequencer_state"
+#: The ``_id`` of the sequencer's state document (resume token, checkpoint,
+#: start) inside each positions collection: a sub-document no application
+#: id looks like; it has no ``is_public`` so no feed query ever returns it.
+STATE_ID = {"feed_sequencer": "state"}
 #: A row whose document is gone or no longer public when its page is read:
 #: it moves the page's offsets on but is not shown (its newer position,
 #: a tombstone or a hidden entry, comes later).
@@ -145,9 +147,7 @@ class CommitReader(PageReader):
         options = dict(read_preference=collection.read_preference, read_concern=majority)
         self.documents = collection.with_options(**options)
         self.positions = db.get_collection(positions_name(collection.name), **options)
-        state = db.get_collection(STATE_COLLECTION, **options).find_one(
-            {"_id": collection.name}, {"checkpoint": 1}, session=session
-        )
+        state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1}, session=session)
         if not state or not isinstance(state.get("checkpoint"), Timestamp):
             raise FeedNotReady(collection.name)
         self.checkpoint: Timestamp = state["checkpoint"]

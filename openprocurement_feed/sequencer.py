@@ -14,8 +14,10 @@ is a no-op and any number of sequencers can run at once. A deleted document's
 entry becomes a tombstone (``is_public: false, deleted: true``) at the
 delete's position. The sequencer never writes the application's documents.
 
-After each batch the resume token and the **checkpoint** are saved with
-``w: majority`` in the state collection (``$max``: never backwards). The
+Each batch's resume token and **checkpoint** are saved in the same ordered
+bulk write, after its entries, with ``w: majority``, in the positions
+collection's state document (:data:`~.orders.STATE_ID`; ``$max``: never
+backwards): one round trip per batch. The
 checkpoint promises that every change with ``clusterTime <= checkpoint`` has
 its entry: it is the last event's time when the stream is caught up, else
 that time's predecessor (a transaction's events can straddle batches).
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import logging
 import statistics
+
+import bson
 import threading
 import time
 from collections import deque
@@ -48,7 +52,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_COLLECTION, positions_name
+from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, positions_name
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ INVALIDATING = frozenset({"drop", "rename", "dropDatabase", "invalidate"})
 #: Documents read and written per round trip by backfill and recovery.
 RESTAMP_CHUNK = 1000
 MAX_INCREMENT = 2**32 - 1
+#: A stream reply smaller than this cannot have been cut by the server's
+#: 16 MB reply limit.
+SAFE_REPLY_BYTES = 8 * 1024 * 1024
 
 
 def successor(position: Timestamp) -> Timestamp:
@@ -183,15 +190,16 @@ class CollectionSequencer:
         self.name = collection.name
         self.db = collection.database
         self.collection = collection.with_options(read_concern=ReadConcern("majority"))
-        self.positions = self.db.get_collection(positions_name(self.name), write_concern=majority)
-        self.state = self.db.get_collection(
-            STATE_COLLECTION, write_concern=majority, read_concern=ReadConcern("majority")
+        self.positions = self.db.get_collection(
+            positions_name(self.name), write_concern=majority, read_concern=ReadConcern("majority")
         )
         self.scope_fields = tuple(dict.fromkeys(scope_fields))
         self.batch_size = batch_size
         self.max_await_ms = max_await_ms
         self.batch_seconds = batch_seconds
         self.stats = SequencerStats()
+        #: a batch published mid-stream: its last time and uncovered events
+        self.pending: tuple[Timestamp, list[dict[str, Any]]] | None = None
 
     # -- entries ------------------------------------------------------------
 
@@ -215,12 +223,17 @@ class CollectionSequencer:
         """The entry of a deleted document: hidden from every feed."""
         return {"_id": doc_id, COMMITTED_TS: position, "is_public": False, "deleted": True}
 
-    def write(self, entries: Sequence[Mapping[str, Any]]) -> int:
-        """Write entries forward-only in one bulk write; the number changed."""
-        if not entries:
+    def write(self, entries: Sequence[Mapping[str, Any]], state: UpdateOne | None = None) -> int:
+        """Write entries forward-only, then ``state``, in one ordered bulk
+        write; returns the number of entries changed."""
+        operations = [forward_only(entry) for entry in entries]
+        if state is not None:
+            operations.append(state)
+        if not operations:
             return 0
-        result = self.positions.bulk_write([forward_only(e) for e in entries], ordered=False)
-        return result.upserted_count + result.modified_count
+        result = self.positions.bulk_write(operations, ordered=True)
+        changed = result.upserted_count + result.modified_count
+        return changed - (1 if state is not None else 0)
 
     def entries_of(self, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """One entry per document: its newest event of ``events``."""
@@ -242,11 +255,13 @@ class CollectionSequencer:
 
     def load_state(self) -> dict[str, Any]:
         """This collection's saved token, checkpoint and start (may be empty)."""
-        return self.state.find_one({"_id": self.name}) or {}
+        return self.positions.find_one({"_id": STATE_ID}) or {}
 
-    def publish(self, token: Mapping[str, Any] | None, token_ts: Timestamp | None,
-                checkpoint: Timestamp | None) -> None:
-        """Save the resume token (if newer) and advance the checkpoint (``$max``)."""
+    @staticmethod
+    def state_update(token: Mapping[str, Any] | None, token_ts: Timestamp | None,
+                     checkpoint: Timestamp | None) -> UpdateOne:
+        """Save the resume token (if newer than the saved one) and advance the
+        checkpoint (``$max``), as one upsert of the state document."""
         stage: dict[str, Any] = {}
         if token is not None and token_ts is not None:
             newer = {"$lt": [{"$ifNull": ["$token_ts", Timestamp(0, 0)]}, token_ts]}
@@ -254,15 +269,22 @@ class CollectionSequencer:
             stage["token_ts"] = {"$max": ["$token_ts", token_ts]}
         if checkpoint is not None:
             stage["checkpoint"] = {"$max": ["$checkpoint", checkpoint]}
-            stage["published"] = datetime.now(timezone.utc)
-        if not stage:
+            stage["published"] = "$$NOW"
+        return UpdateOne({"_id": STATE_ID}, [{"$set": stage}], upsert=True)
+
+    def published(self, checkpoint: Timestamp | None) -> None:
+        """Record a checkpoint this sequencer has published."""
+        if checkpoint is None:
             return
-        self.state.update_one({"_id": self.name}, [{"$set": stage}], upsert=True)
-        if checkpoint is not None:
-            now = time.time()
-            if self.stats.checkpoint is None or checkpoint > self.stats.checkpoint:
-                self.stats.checkpoint = checkpoint
-            self.stats.published_at = now
+        if self.stats.checkpoint is None or checkpoint > self.stats.checkpoint:
+            self.stats.checkpoint = checkpoint
+        self.stats.published_at = time.time()
+
+    def publish(self, token: Mapping[str, Any] | None, token_ts: Timestamp | None,
+                checkpoint: Timestamp | None) -> None:
+        """Save the token and the checkpoint alone (no entries)."""
+        self.write((), self.state_update(token, token_ts, checkpoint))
+        self.published(checkpoint)
 
     # -- backfill and recovery ----------------------------------------------
 
@@ -351,7 +373,7 @@ class CollectionSequencer:
             )
             return self._recover(state)
         start = cluster_time(self.db)
-        self.state.update_one({"_id": self.name}, {"$setOnInsert": {"start": start}}, upsert=True)
+        self.positions.update_one({"_id": STATE_ID}, {"$setOnInsert": {"start": start}}, upsert=True)
         start = self.load_state().get("start", start)  # a sequencer that started first wins
         stream = self._watch(start_at_operation_time=start)
         self._backfill(start)
@@ -373,8 +395,8 @@ class CollectionSequencer:
         floor = max(floors) if floors else Timestamp(0, 0)
         count = self.restamp(start, floor=floor)
         self.stats.recovered += count
-        self.state.update_one(
-            {"_id": self.name}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True
+        self.positions.update_one(
+            {"_id": STATE_ID}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True
         )
         self.publish(None, None, predecessor(start))
         log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s",
@@ -382,45 +404,68 @@ class CollectionSequencer:
         return stream
 
     def read_batch(self, stream: CollectionChangeStream) -> tuple[list[dict[str, Any]], bool]:
-        """Events until the stream is caught up, ``batch_size`` events or
-        ``batch_seconds``; returns them and whether the stream was caught up."""
+        """The events of one stream batch: until the stream is caught up (an
+        empty read), the driver's buffer is exhausted (the next read would
+        wait on the server), ``batch_size`` events or ``batch_seconds``.
+        Returns them and whether the stream was caught up."""
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + self.batch_seconds
+        size = 0
         while len(events) < self.batch_size:
             event = stream.try_next()
             if event is None:
                 return events, True
             events.append(event)
+            size += len(bson.encode(event))
+            if _buffered(stream) == 0:
+                # The server's reply ended here. A reply shorter than the
+                # batch size and far below the reply size limit holds every
+                # event committed when it was made: caught up at its end.
+                return events, len(events) < self.batch_size and size < SAFE_REPLY_BYTES
             if time.monotonic() >= deadline:
                 break
         return events, False
 
     def handle(self, stream: CollectionChangeStream, events: list[dict[str, Any]],
                caught_up: bool) -> None:
-        """Write a batch's entries, then its token and checkpoint."""
+        """Write a batch's entries, then its token and checkpoint. An empty
+        read after a batch published mid-stream publishes its last event's
+        time (the stream is caught up there)."""
         if not events:
+            pending = self.pending
+            if caught_up and pending is not None:
+                self.pending = None
+                self.publish(None, None, pending[0])
+                self._record_delays(pending[1])
             return
         for event in events:
             if event.get("operationType") in INVALIDATING:
                 raise SequencerError(
-                    f"collection {self.name!r} was {event['operationType']}ped or renamed: "
-                    "its change stream ended"
+                    f"collection {self.name!r}: its change stream ended "
+                    f"({event['operationType']} event: dropped or renamed)"
                 )
-        stamped = self.write(self.entries_of(events))
         last = events[-1]["clusterTime"]
         checkpoint = last if caught_up else predecessor(last)
-        self.publish(stream.resume_token, last, checkpoint)
-        now = time.time()
+        state = self.state_update(stream.resume_token, last, checkpoint)
+        stamped = self.write(self.entries_of(events), state)
+        self.published(checkpoint)
         stats = self.stats
         stats.batches += 1
         stats.events += len(events)
         stats.stamped += stamped
+        covered = [event for event in events if event["clusterTime"] <= checkpoint]
+        self._record_delays(covered)
+        self.pending = None if caught_up else (last, events[len(covered):])
+
+    def _record_delays(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Commit-to-checkpoint delays of events a checkpoint now covers."""
+        now = time.time()
         for event in events:
             wall = event.get("wallTime")
-            if isinstance(wall, datetime) and event["clusterTime"] <= checkpoint:
+            if isinstance(wall, datetime):
                 if wall.tzinfo is None:
                     wall = wall.replace(tzinfo=timezone.utc)
-                stats.delays_ms.append(max(0.0, (now - wall.timestamp()) * 1000.0))
+                self.stats.delays_ms.append(max(0.0, (now - wall.timestamp()) * 1000.0))
 
     def run(self, stopping: threading.Event, retry_seconds: float = 1.0) -> None:
         """Follow the stream until ``stopping`` is set; transient database
@@ -494,6 +539,16 @@ class Sequencer:
                 return False
             poll(0.02)
         return False
+
+
+def _buffered(stream: CollectionChangeStream) -> int | None:
+    """Events the driver holds for ``stream`` without asking the server, or
+    None when this driver version does not say (reads pymongo's cursor)."""
+    data = getattr(getattr(stream, "_cursor", None), "_data", None)
+    try:
+        return len(data) if data is not None else None
+    except TypeError:
+        return None
 
 
 def _hashable(value: Any) -> Any:

@@ -61,6 +61,7 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert url in out
+    assert url + "-watermark" in out, "the same tenders in the other order are served too"
     assert "Traceback" not in err
     time.sleep(0.5)
     assert not [pid for pid in database if alive(pid)], "no orphaned database process"

@@ -284,17 +284,21 @@ def test_race_table_and_json() -> None:
     results = [
         run_result(0.0, failures=11, failure_percent=5.5, lags_ms=[1.0, 37.0, 12.5], lost=3),
         run_result(1.0),
+        run_result(0.0, order="commit", feed_delay_ms={"median": 40.0, "p99": 90.0, "max": 120.0}),
     ]
     table = race_table(results)
     lines = table.splitlines()
-    assert lines[0].split()[-4:] == ["0", "s", "1", "s"]
+    assert lines[0].split()[1:] == ["order", "W", "=", "0", "s", "W", "=", "1", "s", "commit"]
+    assert any(line.startswith("feed delay median/p99/max") and line.endswith("40 / 90 / 120")
+               for line in lines)
     assert any(line.startswith("failures") and "11 (5.50 %)" in line and "0 (0.00 %)" in line for line in lines)
     assert any(line.startswith("late-arrival lag") and "1 / 37 / 16.8" in line for line in lines)
-    assert any(line.startswith("crawler lost tenders") and line.split()[-2:] == ["3", "0"] for line in lines)
+    assert any(line.startswith("crawler lost tenders") and line.split()[-3:] == ["3", "0", "0"] for line in lines)
     runs = json.loads(race_json(results))
-    for key in ("watermark", "duration", "patches_per_second", "checks", "failures",
-                "lags_ms", "lost", "duplicates", "feed_delay_ms"):
-        assert key in runs[0] and key in runs[1]
+    for key in ("watermark", "order", "duration", "patches_per_second", "checks", "failures",
+                "lags_ms", "lost", "duplicates", "feed_delay_ms", "write_conflicts"):
+        assert all(key in run for run in runs)
+    assert [run["order"] for run in runs] == ["watermark", "watermark", "commit"]
     assert runs[0]["lag_summary_ms"] == {"min": 1.0, "max": 37.0, "mean": 16.8}
 
 

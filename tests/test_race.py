@@ -111,11 +111,13 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
     captured = capsys.readouterr()
     assert status == 0
     runs = json.loads(captured.out)
-    assert len(runs) == 1
-    run = runs[0]
-    for key in ("watermark", "duration", "patches_per_second", "checks", "failures",
-                "lags_ms", "lost", "duplicates", "feed_delay_ms"):
-        assert key in run
-    assert run["watermark"] == 0.2 and run["tenders"] == 5 and run["lost"] == 0
-    assert "[W=0.2] done" in captured.err
+    assert [run["order"] for run in runs] == ["watermark", "commit"]
+    for run in runs:
+        for key in ("watermark", "duration", "patches_per_second", "checks", "failures",
+                    "lags_ms", "lost", "duplicates", "feed_delay_ms", "write_conflicts"):
+            assert key in run
+        assert run["tenders"] == 5 and run["lost"] == 0
+    assert runs[0]["watermark"] == 0.2
+    assert runs[1]["sequencer"]["events"] > 0, "the commit run's sequencer followed the writes"
+    assert "[W=0.2] done" in captured.err and "[commit] done" in captured.err
     assert set(mongo_client.list_database_names()) <= before

@@ -1,12 +1,17 @@
 """``openprocurement-feed race``: reproduce the lost-document race and show
-that the watermark closes it.
+that the watermark and the commit order close it.
 
-Runs the same write load twice (W = 0 and W = 1 by default), each on a fresh
+Runs the same write load three times (W = 0, W = 1 and commit order by
+default), each on a fresh
 embedded database behind the demo API on 127.0.0.1: writer threads patch
 small and large tenders over HTTP, writes commit a few milliseconds after
 their stamp (--write-delay), a detector checks the feed for documents that
 appear inside an already-served window, and a crawler follows the feed and
 must end up with every tender's final version. One table compares the runs.
+
+--hot runs the hot-documents scenario instead: 30 tenders patched at 160/s
+aimed at, and per run the longest time any tender stayed invisible while it
+was being written.
 """
 from __future__ import annotations
 
@@ -41,24 +46,33 @@ def add_parser(subparsers: Any) -> None:
         help="seconds of write load per run (default: %(default)s)",
     )
     parser.add_argument(
-        "--watermark", type=watermark_seconds, nargs="+", default=[0.0, 1.0], metavar="W",
-        help="watermark values in seconds, one run each (default: 0 1)",
+        "--watermark", type=watermark_seconds, nargs="*", default=[0.0, 1.0], metavar="W",
+        help="watermark values in seconds, one run each; none for none (default: 0 1)",
+    )
+    parser.add_argument(
+        "--commit", action=argparse.BooleanOptionalAction, default=True,
+        help="also run in commit order, with an in-process sequencer (default: yes)",
+    )
+    parser.add_argument(
+        "--hot", action="store_true",
+        help="the hot-documents scenario: --small 30 --large 0 --rate 160 unless given",
     )
     parser.add_argument(
         "--writers", type=positive_int, default=8, metavar="N",
         help="writer threads (default: %(default)s)",
     )
     parser.add_argument(
-        "--rate", type=non_negative_float, default=72.0, metavar="R",
-        help="total patches per second aimed at, 0 for as fast as possible (default: %(default)s)",
+        "--rate", type=non_negative_float, default=None, metavar="R",
+        help="total patches per second aimed at, 0 for as fast as possible "
+             "(default: 72, with --hot 160)",
     )
     parser.add_argument(
-        "--small", type=non_negative_int, default=70, metavar="N",
-        help="small tenders (1 item) (default: %(default)s)",
+        "--small", type=non_negative_int, default=None, metavar="N",
+        help="small tenders (1 item) (default: 70, with --hot 30)",
     )
     parser.add_argument(
-        "--large", type=non_negative_int, default=70, metavar="N",
-        help="large tenders (10 items, long texts) (default: %(default)s)",
+        "--large", type=non_negative_int, default=None, metavar="N",
+        help="large tenders (10 items, long texts) (default: 70, with --hot 0)",
     )
     parser.add_argument(
         "--write-delay", type=delay_range, default="5-40", metavar="MS",
@@ -94,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
     from ..race.experiment import RaceConfig, run_experiment
     from ..race.report import race_json, race_table
 
-    if args.small + args.large < 1:
+    base = RaceConfig.hot_scenario() if args.hot else RaceConfig()
+    small = base.small if args.small is None else args.small
+    large = base.large if args.large is None else args.large
+    rate = base.rate if args.rate is None else args.rate
+    if small + large < 1:
         args.parser.error("--small and --large: at least one tender is needed")
     if not getattr(args, "verbose", False):
         # A burst of requests briefly queues in waitress: expected under load.
@@ -102,11 +120,13 @@ def run(args: argparse.Namespace) -> int:
     config = RaceConfig(
         duration=args.duration,
         writers=args.writers,
-        rate=args.rate,
-        small=args.small,
-        large=args.large,
+        rate=rate,
+        small=small,
+        large=large,
         write_delay=args.write_delay,
         watermarks=tuple(args.watermark),
+        commit=args.commit,
+        hot=args.hot,
         check_wait=args.check_wait,
         settle=args.settle,
         mongodb_uri=args.mongodb_uri,

@@ -39,6 +39,11 @@ def add_parser(subparsers: Any) -> None:
         help="feed watermark W in seconds, 0 disables it (default: %(default)s)",
     )
     parser.add_argument(
+        "--order", choices=("commit", "watermark"), default="commit",
+        help="the order of the main feed; the other order is served beside it "
+             "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--rate", type=non_negative_float, default=5.0,
         help="background patches per second, 0 for none (default: %(default)s)",
     )
@@ -64,8 +69,28 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         "mongodb.uri": uri,
         "mongodb.db_name": "openprocurement_demo",
         "feed.watermark_seconds": str(args.watermark),
+        "feed.order": args.order,
+        "feed.sequencer": "thread",
         "demo.write_delay_ms": args.write_delay,
+        "demo.both_orders": "true",
     }
+
+
+def status_line(elapsed: float, writer: Any, sequencer: Any) -> str:
+    """The periodic status: patches written and the sequencer's progress."""
+    parts = [f"[{elapsed:6.0f} s]"]
+    if writer is not None:
+        parts.append(f"{writer.stats.patches} patches written")
+    if sequencer is not None:
+        for follower in sequencer.followers:
+            stats = follower.stats
+            delay = stats.delay_summary()["median"]
+            parts.append(
+                f"sequencer: {stats.events} events, checkpoint "
+                + (f"{time.time() - stats.checkpoint.time:.0f} s old" if stats.checkpoint else "none yet")
+                + (f", commit-to-checkpoint median {delay:.0f} ms" if delay is not None else "")
+            )
+    return "; ".join(parts)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -89,6 +114,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.start()
         api = server.api_url
+        sequencer = server.registry.feed_sequencer
+        if sequencer is not None:
+            sequencer.wait_ready(timeout=30)
+        other = "watermark" if args.order == "commit" else "commit"
+        print(
+            f"\nDemo API:  {api}/tenders  (POST to create, PATCH {{id}} to change)\n"
+            f"Live feed ({args.order} order): {api}/tenders?descending=1\n"
+            f"Same tenders ({other} order): {api}/tenders-{other}?descending=1\n"
+            f"Watermark: {args.watermark:g} s; background writer: {args.rate:g} patches/s\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
         existing = server.registry.feed_store.collection("tenders").estimated_document_count()
         if existing < args.tenders:
             create_tenders(api, args.tenders - existing)
@@ -96,19 +133,10 @@ def run(args: argparse.Namespace) -> int:
         if args.rate > 0:
             writer = PatchWriter(api, ids, rate=args.rate, name="background-writer")
             writer.start()
-        print(
-            f"\nDemo API:  {api}/tenders  (POST to create, PATCH {{id}} to change)\n"
-            f"Live feed: {api}/tenders?descending=1\n"
-            f"Watermark: {args.watermark:g} s; background writer: {args.rate:g} patches/s\n"
-            "Press Ctrl-C to stop.\n",
-            flush=True,
-        )
         started = time.monotonic()
         stop = threading.Event()
         while not stop.wait(30):
-            if writer is not None:
-                elapsed = time.monotonic() - started
-                print(f"[{elapsed:6.0f} s] {writer.stats.patches} patches written", file=sys.stderr)
+            print(status_line(time.monotonic() - started, writer, sequencer), file=sys.stderr)
     except KeyboardInterrupt:
         print("\nStopping...", file=sys.stderr)
     finally:

@@ -5,7 +5,9 @@
     POST  {prefix}/tenders        create a tender   → 201
     GET   {prefix}/tenders/{id}   read a tender     → 200 / 404
     PATCH {prefix}/tenders/{id}   change a tender   → 200 / 404 / 409
-    GET   {prefix}/tenders        the feed (by the extension)
+    GET   {prefix}/tenders        the feed (by the extension), in ``feed.order``
+    GET   {prefix}/tenders-{order}  with ``demo.both_orders``: the same tenders
+                                  in the other order (``watermark`` or ``commit``)
 
 Each write runs in one multi-document transaction; ``demo.write_delay_ms``
 keeps it open for a random time after the stamp, so writes commit out of
@@ -18,7 +20,7 @@ from typing import Any
 from pyramid.config import Configurator
 from pyramid.router import Router
 
-from .settings import DemoSettings, parse_demo_settings
+from .settings import DemoSettings, DemoStats, parse_demo_settings
 from .tenders import FEED_FIELDS, add_tender_routes
 
 __all__ = ["DemoSettings", "includeme", "main", "parse_demo_settings"]
@@ -31,8 +33,15 @@ def includeme(config: Configurator) -> None:
     demo_settings = parse_demo_settings(config.registry.settings or {}, os.environ)
     config.include("openprocurement_feed")
     config.registry.demo_settings = demo_settings
+    config.registry.demo_stats = DemoStats()
     add_tender_routes(config)
-    config.add_feed("tenders", allowed_fields=FEED_FIELDS)
+    feed = config.add_feed("tenders", allowed_fields=FEED_FIELDS)
+    if demo_settings.both_orders:
+        other = "watermark" if feed.order == "commit" else "commit"
+        config.add_feed(
+            f"tenders_{other}", path=f"tenders-{other}", collection=feed.collection,
+            allowed_fields=FEED_FIELDS, order=other,
+        )
 
 
 def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pyramid.exceptions import ConfigurationError
@@ -16,6 +17,22 @@ class DemoSettings:
     stays open after its stamp before it commits; ``(0, 0)`` commits at once."""
 
     write_delay_ms: tuple[int, int] = (0, 0)
+    #: also serve the tenders in the other feed order, at ``tenders-{order}``
+    both_orders: bool = False
+
+
+@dataclass
+class DemoStats:
+    """Counters of the demo's write path, shared by its request threads:
+    ``conflicts`` counts transactions retried after a transient error (a
+    write conflict with another transaction)."""
+
+    conflicts: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def conflict(self) -> None:
+        with self.lock:
+            self.conflicts += 1
 
 
 def parse_delay(value: str, where: str = "setting 'demo.write_delay_ms'") -> tuple[int, int]:
@@ -34,10 +51,24 @@ def parse_delay(value: str, where: str = "setting 'demo.write_delay_ms'") -> tup
     return low, high
 
 
+def parse_flag(value: Any, where: str) -> bool:
+    """``true``/``false`` (also yes/no, on/off, 1/0); anything else is an error."""
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0", ""):
+        return False
+    raise ConfigurationError(f"Invalid {where}: {value!r}; expected true or false.")
+
+
 def parse_demo_settings(settings: Mapping[str, Any], environ: Mapping[str, str]) -> DemoSettings:
-    """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides)."""
+    """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides) and
+    ``demo.both_orders``."""
     if environ.get("DEMO_WRITE_DELAY_MS"):
-        return DemoSettings(
-            parse_delay(environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS")
+        delay = parse_delay(
+            environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS"
         )
-    return DemoSettings(parse_delay(str(settings.get("demo.write_delay_ms", "0") or "0")))
+    else:
+        delay = parse_delay(str(settings.get("demo.write_delay_ms", "0") or "0"))
+    both = parse_flag(settings.get("demo.both_orders", "false"), "setting 'demo.both_orders'")
+    return DemoSettings(delay, both)

@@ -132,6 +132,7 @@ def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | Non
         except OperationFailure as error:
             if not error.has_error_label("TransientTransactionError"):
                 raise
+            request.registry.demo_stats.conflict()
             time.sleep(0.005 * (attempt + 1))
         except ConnectionFailure:
             # Unreachable database: answer 503 now (the client retries after
@@ -140,6 +141,7 @@ def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | Non
         except PyMongoError as error:
             if not error.has_error_label("TransientTransactionError"):
                 raise
+            request.registry.demo_stats.conflict()
     raise ConflictError("the tender is being changed by other requests")
 
 

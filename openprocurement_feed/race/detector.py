@@ -25,6 +25,14 @@ What is *not* an anomaly:
 A snapshot item re-fetched with another stamp that still lies inside the
 window *is* reported (as a rewrite): that version was stamped behind
 ``newest`` and committed after the snapshot, so a crawler never sees it.
+
+A commit-ordered feed (its offsets are positions) is not sorted by
+``public_modified``, so the check is made as a crawler would see it
+(:func:`late_in_feed_order`): after the wait, the feed is read forward from
+the snapshot's oldest item and from its newest (the ``prev_page`` offset of
+the snapshot); a document that the first read shows and that is neither in
+the snapshot nor in the second read lay inside the window: a crawler that
+had reached the newest item would never get it.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from ..offset import is_position_offset
 from .feed import FeedClient, FeedError, FeedItem
 
 #: At most this many pages are read to re-fetch one window.
@@ -55,6 +64,28 @@ def late_arrivals(snapshot: Sequence[FeedItem], refetch: Iterable[FeedItem]) -> 
         version = (item.id, item.public_modified)
         if oldest < item.public_modified <= newest and version not in seen:
             seen.add(version)
+            late.append(item)
+    return tuple(late)
+
+
+def late_in_feed_order(
+    snapshot: Sequence[FeedItem], from_oldest: Iterable[FeedItem], from_newest: Iterable[FeedItem]
+) -> tuple[FeedItem, ...]:
+    """The documents a crawler that had reached the snapshot's newest item
+    would never get, in any feed order.
+
+    ``from_oldest`` is read forward from the snapshot's oldest item,
+    ``from_newest`` (read after it) forward from its newest, both to the end
+    of the feed. A document in the first that is neither in the snapshot nor
+    in the second lies inside the window already served. Documents are
+    compared by id: a commit-ordered feed may show a document's newer content
+    at its older position until its entry moves on.
+    """
+    known = {item.id for item in snapshot} | {item.id for item in from_newest}
+    late: list[FeedItem] = []
+    for item in from_oldest:
+        if item.id not in known:
+            known.add(item.id)
             late.append(item)
     return tuple(late)
 
@@ -108,14 +139,17 @@ class Detector:
         self.client = client
         self.wait = wait
 
-    def refetch(self, offset: str, newest: float) -> list[FeedItem]:
-        """Items forward from ``offset`` until the first one past ``newest``."""
+    def refetch(self, offset: str, newest: float | None = None) -> list[FeedItem]:
+        """Items forward from ``offset`` until the first one past ``newest``
+        (without ``newest``: to the end of the feed)."""
         items: list[FeedItem] = []
         for _ in range(MAX_REFETCH_PAGES):
             page = self.client.page(offset)
             items.extend(page.items)
-            if not page.items or page.items[-1].public_modified > newest:
-                break  # the end of the feed, or past the window
+            if not page.items or len(page.items) < self.client.limit:
+                break  # the end of the feed
+            if newest is not None and page.items[-1].public_modified > newest:
+                break  # past the window
             offset = page.next_offset
         return items
 
@@ -127,8 +161,19 @@ class Detector:
             return CheckResult(time.time(), ())
         sleep(self.wait)
         newest = max(item.public_modified for item in snapshot.items)
-        refetched = self.refetch(snapshot.next_offset, newest)
-        late = late_arrivals(snapshot.items, refetched)
+        if is_position_offset(snapshot.next_offset) and snapshot.prev_offset:
+            refetched = self.refetch(snapshot.next_offset)
+            from_newest = self.refetch(snapshot.prev_offset)
+            late = late_in_feed_order(snapshot.items, refetched, from_newest)
+            if late:
+                # A document rewritten between the two reads sits above the
+                # checkpoint for a moment: look again once it has passed.
+                sleep(self.wait)
+                again = {item.id for item in self.refetch(snapshot.prev_offset)}
+                late = tuple(item for item in late if item.id not in again)
+        else:
+            refetched = self.refetch(snapshot.next_offset, newest)
+            late = late_arrivals(snapshot.items, refetched)
         return CheckResult(time.time(), snapshot.items, late, len(refetched))
 
 

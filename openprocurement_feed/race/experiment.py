@@ -15,7 +15,15 @@ One run (:func:`run_once`) on a fresh database:
    received with the database: a tender whose final version it never saw
    is *lost*.
 
-:func:`run_experiment` repeats the run for each watermark value.
+:func:`run_experiment` repeats the run for each watermark value and, by
+default, once more in commit order (SPEC D: a sequencer in the API process,
+no watermark), all on the same load.
+
+The *hot* scenario (``hot=True``) patches a few tenders (30 by default) as
+fast as the writers can (at least 150 patches/s aimed at) and reports, per
+run, the longest time any tender stayed invisible to the crawler while it was
+being written: a watermark feed shows a document only once its writes pause
+for ``W``, a commit-ordered feed shows every change.
 """
 from __future__ import annotations
 
@@ -54,6 +62,8 @@ class RaceConfig:
     large: int = 70
     write_delay: str = "5-40"
     watermarks: tuple[float, ...] = (0.0, 1.0)
+    commit: bool = True
+    hot: bool = False
     check_wait: float = 0.2
     page_limit: int = 100
     poll_interval: float = 0.05
@@ -62,6 +72,21 @@ class RaceConfig:
     progress_every: float = 5.0
     mongodb_uri: str | None = None
     seed: int | None = None
+
+    @property
+    def runs(self) -> list[tuple[str, float]]:
+        """``(order, watermark)`` of each run, in order."""
+        runs = [("watermark", watermark) for watermark in self.watermarks]
+        if self.commit:
+            runs.append(("commit", 0.0))
+        return runs
+
+    @classmethod
+    def hot_scenario(cls, **overrides: Any) -> "RaceConfig":
+        """The hot-documents load: 30 small tenders, 160 patches/s aimed at."""
+        values: dict[str, Any] = dict(small=30, large=0, rate=160.0, writers=8, hot=True)
+        values.update(overrides)
+        return cls(**values)
 
 
 @dataclass
@@ -87,6 +112,11 @@ class RunResult:
     duplicates: int
     crawler_errors: int
     feed_delay_ms: dict[str, float | None] = field(default_factory=dict)
+    order: str = "watermark"
+    write_conflicts: int = 0
+    hot: bool = False
+    longest_invisible_s: float | None = None
+    sequencer: dict[str, Any] | None = None
 
     @property
     def lag_summary(self) -> dict[str, float | None]:
@@ -124,35 +154,67 @@ def _feed_delays(writers: list[LoggingWriter], crawler: Crawler) -> dict[str, fl
             if seen is not None:
                 delays.append(max(0.0, seen - acked) * 1000.0)
     if not delays:
-        return {"median": None, "max": None, "count": 0}
+        return {"median": None, "p99": None, "max": None, "count": 0}
+    delays.sort()
     return {
         "median": round(statistics.median(delays), 1),
-        "max": round(max(delays), 1),
+        "p99": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 1),
+        "max": round(delays[-1], 1),
         "count": len(delays),
     }
 
 
-def _settings(config: RaceConfig, watermark: float) -> dict[str, str]:
+def longest_invisible(
+    crawler: Crawler, ids: list[str], started: float, ended: float
+) -> float | None:
+    """The longest time (s) any of ``ids`` went without a new version
+    reaching the crawler between ``started`` and ``ended`` (wall clock)."""
+    longest = None
+    for tender_id in ids:
+        seen = sorted(
+            moment for moment in crawler.log.seen.get(tender_id, {}).values()
+            if started <= moment <= ended
+        )
+        moments = [started, *seen, ended]
+        gap = max(later - earlier for earlier, later in zip(moments, moments[1:]))
+        longest = gap if longest is None else max(longest, gap)
+    return None if longest is None else round(longest, 2)
+
+
+def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str]:
     return {
         "mongodb.uri": config.mongodb_uri or "embedded://",
         "mongodb.db_name": "race_" + uuid.uuid4().hex[:12],
         "feed.watermark_seconds": repr(float(watermark)),
+        "feed.order": order,
+        "feed.sequencer": "thread" if order == "commit" else "off",
         "demo.write_delay_ms": config.write_delay,
     }
 
 
-def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda line: None) -> RunResult:
-    """One run of the experiment with watermark ``watermark`` on a fresh database."""
+def run_label(order: str, watermark: float) -> str:
+    """How a run is named in progress lines."""
+    return "[commit]" if order == "commit" else f"[W={watermark:g}]"
+
+
+def run_once(
+    config: RaceConfig, watermark: float, progress: Progress = lambda line: None,
+    order: str = "watermark",
+) -> RunResult:
+    """One run of the experiment in ``order`` (with watermark ``watermark``
+    in watermark order) on a fresh database."""
     from ..demo.server import DemoServer
 
-    label = f"[W={watermark:g}]"
-    settings = _settings(config, watermark)
+    label = run_label(order, watermark)
+    settings = _settings(config, order, watermark)
     progress(f"{label} starting the database and the demo API")
     server = DemoServer(settings, threads=config.threads)
     writers: list[LoggingWriter] = []
     detector = crawler = None
     try:
         server.start()
+        if server.registry.feed_sequencer is not None:
+            server.registry.feed_sequencer.wait_ready(timeout=30)
         api = server.api_url
         feed_url = f"{api}/tenders"
         progress(f"{label} creating {config.small} small and {config.large} large tenders")
@@ -170,6 +232,8 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
         ]
         crawler.start()
         detector.start()
+        conflicts_before = server.registry.demo_stats.conflicts
+        started_wall = time.time()
         started = time.monotonic()
         for writer in writers:
             writer.start()
@@ -191,6 +255,8 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
         for writer in writers:
             writer.join(timeout=60)
         duration = time.monotonic() - started
+        ended_wall = time.time()
+        conflicts = server.registry.demo_stats.conflicts - conflicts_before
         detector.stop()
         detector.join(timeout=60)
         collection = server.registry.feed_store.collection("tenders")
@@ -198,7 +264,7 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
             doc["_id"]: doc["dateModified"]
             for doc in collection.find({"is_public": True}, {"dateModified": 1})
         }
-        catch_up = watermark + config.settle
+        catch_up = (watermark if order == "watermark" else 0.0) + config.settle
         progress(f"{label} writers stopped; the crawler catches up for up to {catch_up:g} s")
         until = time.monotonic() + catch_up
         while time.monotonic() < until:
@@ -234,6 +300,14 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
             duplicates=crawler.log.duplicates,
             crawler_errors=crawler.log.errors,
             feed_delay_ms=_feed_delays(writers, crawler),
+            order=order,
+            write_conflicts=conflicts,
+            hot=config.hot,
+            longest_invisible_s=(
+                longest_invisible(crawler, small + large, started_wall, ended_wall)
+                if config.hot else None
+            ),
+            sequencer=_sequencer_figures(server.registry),
         )
         progress(
             f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
@@ -244,6 +318,9 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
         for thread in (*writers, detector, crawler):
             if thread is not None:
                 thread.stop()
+        sequencer = getattr(server.registry, "feed_sequencer", None)
+        if sequencer is not None:
+            sequencer.stop()  # before its collection is dropped
         if config.mongodb_uri:
             try:
                 server.registry.feed_store.client.drop_database(settings["mongodb.db_name"])
@@ -252,6 +329,20 @@ def run_once(config: RaceConfig, watermark: float, progress: Progress = lambda l
         server.close()
 
 
+def _sequencer_figures(registry: Any) -> dict[str, Any] | None:
+    """The in-process sequencer's counts and commit-to-checkpoint delays."""
+    sequencer = getattr(registry, "feed_sequencer", None)
+    if sequencer is None:
+        return None
+    stats = sequencer.followers[0].stats
+    return {
+        "events": stats.events,
+        "stamped": stats.stamped,
+        "batches": stats.batches,
+        "commit_to_checkpoint_ms": stats.delay_summary(),
+    }
+
+
 def run_experiment(config: RaceConfig, progress: Progress = lambda line: None) -> list[RunResult]:
-    """:func:`run_once` for each of ``config.watermarks``, in order."""
-    return [run_once(config, watermark, progress) for watermark in config.watermarks]
+    """:func:`run_once` for each of ``config.runs``, in order."""
+    return [run_once(config, watermark, progress, order) for order, watermark in config.runs]

@@ -27,13 +27,19 @@ def _delay(result: RunResult) -> str:
     delay = result.feed_delay_ms
     if delay.get("median") is None:
         return "-"
-    return f"{delay['median']:.0f} / {delay['max']:.0f}"
+    p99 = delay.get("p99")
+    middle = f" / {p99:.0f}" if p99 is not None else ""
+    return f"{delay['median']:.0f}{middle} / {delay['max']:.0f}"
+
+
+def _order(result: RunResult) -> str:
+    return "commit" if result.order == "commit" else f"W = {result.watermark:g} s"
 
 
 def race_table(results: Sequence[RunResult]) -> str:
     """The runs side by side, one column each."""
     rows: list[tuple[str, list[str]]] = [
-        ("watermark W", [f"{result.watermark:g} s" for result in results]),
+        ("feed order", [_order(result) for result in results]),
         ("duration (s)", [f"{result.duration:.1f}" for result in results]),
         ("tenders / writers", [f"{result.tenders} / {result.writers}" for result in results]),
         ("write delay (ms)", [result.write_delay_ms for result in results]),
@@ -45,8 +51,15 @@ def race_table(results: Sequence[RunResult]) -> str:
         ("crawler items delivered", [str(result.crawler_items) for result in results]),
         ("crawler lost tenders", [str(result.lost) for result in results]),
         ("crawler duplicates", [str(result.duplicates) for result in results]),
-        ("feed delay median/max (ms)", [_delay(result) for result in results]),
+        ("feed delay median/p99/max (ms)", [_delay(result) for result in results]),
+        ("write conflicts (retried)", [str(result.write_conflicts) for result in results]),
     ]
+    if any(result.hot for result in results):
+        rows.append((
+            "longest invisible while written (s)",
+            ["-" if result.longest_invisible_s is None else f"{result.longest_invisible_s:.2f}"
+             for result in results],
+        ))
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(values[column]) for _, values in rows) for column in range(len(results))]
     lines = []
