@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO
+from typing import IO, Sequence
 
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
@@ -70,6 +70,8 @@ class EmbeddedServer:
     :param storage_path: the data folder, kept across restarts; None for a
         throwaway folder removed when the server stops.
     :param port: a fixed port, or None for a free one.
+    :param extra_args: more ``secantusd-py`` flags, e.g.
+        ``("--oplog-max-entries", "500")`` to bound the oplog.
     """
 
     def __init__(
@@ -78,8 +80,10 @@ class EmbeddedServer:
         port: int | None = None,
         host: str = "127.0.0.1",
         startup_timeout: float = 30.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.host = host
+        self.extra_args = tuple(extra_args)
         self.port = port
         self.storage_path = storage_path
         self.startup_timeout = startup_timeout
@@ -119,6 +123,7 @@ class EmbeddedServer:
             "--port", str(self.port),
             "--storage-path", path,
             "--log-level", "WARNING",
+            *self.extra_args,
         ]
         self.process = subprocess.Popen(
             command,

@@ -157,7 +157,8 @@ class CommitReader(PageReader):
         bounded = dict(existing) if isinstance(existing, dict) else {}
         if existing is not None and not isinstance(existing, dict):
             bounded["$eq"] = existing
-        bounded["$lte"] = self.checkpoint
+        upper = bounded.get("$lte")
+        bounded["$lte"] = self.checkpoint if upper is None else min(upper, self.checkpoint)
         query[COMMITTED_TS] = bounded
 
     def find(self, query: Mapping[str, Any], fields: Iterable[str],

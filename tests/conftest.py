@@ -63,7 +63,7 @@ def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
                  "FEED_DEFAULT_LIMIT", "FEED_MAX_LIMIT", "FEED_RESOURCES",
                  "DEMO_WRITE_DELAY_MS", "MONGODB_READ_PREFERENCE",
                  "MONGODB_WRITE_CONCERN", "MONGODB_READ_CONCERN",
-                 "MONGODB_SERVER_SELECTION_TIMEOUT_MS"):
+                 "MONGODB_SERVER_SELECTION_TIMEOUT_MS", "FEED_ORDER", "FEED_SEQUENCER"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -109,3 +109,54 @@ def put_docs(store: Any) -> Callable[..., list[dict[str, Any]]]:
         return docs
 
     return put
+
+
+def wait_sequenced(db: Any, collection: str = "tenders", timeout: float = 10.0) -> Any:
+    """Wait until the sequencer caught up with ``collection``: every document
+    has an entry of its current ``_rev`` (or a tombstone when deleted) and
+    the checkpoint covers every entry. Returns the checkpoint."""
+    from openprocurement_feed.orders import STATE_ID, positions_name
+
+    positions = db[positions_name(collection)]
+    deadline = time.monotonic() + timeout
+    while True:
+        docs = {doc["_id"]: doc.get("_rev") for doc in db[collection].find({}, {"_rev": 1})}
+        entries = {
+            entry["_id"]: entry
+            for entry in positions.find({"_id": {"$ne": STATE_ID}}, {"rev": 1, "committed_ts": 1, "deleted": 1})
+        }
+        state = positions.find_one({"_id": STATE_ID}) or {}
+        checkpoint = state.get("checkpoint")
+        current = all(doc_id in entries and entries[doc_id].get("rev") == rev for doc_id, rev in docs.items())
+        tombstoned = all(entry.get("deleted") or entry["_id"] in docs for entry in entries.values())
+        covered = checkpoint is not None and all(
+            entry["committed_ts"] <= checkpoint for entry in entries.values()
+        )
+        if current and tombstoned and covered:
+            return checkpoint
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the sequencer did not catch up with {collection!r} within {timeout} s "
+                f"(current={current}, tombstones={tombstoned}, covered={covered})"
+            )
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def commit_settings(settings: dict[str, str]) -> dict[str, str]:
+    """Ini settings of a commit-ordered app with an in-process sequencer."""
+    return dict(settings, **{"feed.order": "commit", "feed.sequencer": "thread"})
+
+
+@pytest.fixture
+def commit_app(commit_settings: dict[str, str]) -> Iterator[Any]:
+    """The demo API in commit order, its sequencer running, as a TestApp."""
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+
+    app = main({}, **commit_settings)
+    assert app.registry.feed_sequencer.wait_ready(timeout=30)
+    yield TestApp(app)
+    shutdown(app.registry)
