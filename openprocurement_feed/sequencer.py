@@ -22,9 +22,10 @@ checkpoint promises that every change with ``clusterTime <= checkpoint`` has
 its entry: it is the last event's time when the stream is caught up, else
 that time's predecessor (a transaction's events can straddle batches).
 
-On its first start a sequencer reads the cluster time ``T0``, opens the stream
-at ``T0`` and *backfills*: every public document without an entry gets a
-position below ``T0`` in ``(public_modified, _id)`` order. When its resume
+On its first start a sequencer reads the cluster time, opens the stream at
+``T0`` just after it and *backfills* from a snapshot that holds every change
+before ``T0``: every public document without an entry gets a position below
+``T0`` in ``(public_modified, _id)`` order. When its resume
 token has left the oplog it *recovers*: every document whose ``_rev`` differs
 from its entry's (or that has none) gets a fresh position above the old
 checkpoint, entries of vanished documents become tombstones, and it goes on
@@ -294,13 +295,20 @@ class CollectionSequencer:
         in ``(public_modified, _id)`` order; with ``floor`` (recovery), also
         turn entries of documents that are gone or hidden into tombstones or
         hidden entries. Returns the number of entries written."""
+        with self.db.client.start_session(causal_consistency=True) as session:
+            # Read a snapshot that holds every change committed before the
+            # stream's start, on any node: majority, after that cluster time.
+            session.advance_operation_time(predecessor(ceiling))
+            return self._restamp(ceiling, floor, session)
+
+    def _restamp(self, ceiling: Timestamp, floor: Timestamp | None, session: Any) -> int:
         counter = PositionCounter(ceiling, floor)
         projection = {"_id": 1, "_rev": 1, "is_public": 1, "is_test": 1, PUBLIC_MODIFIED: 1}
         projection.update({name: 1 for name in self.scope_fields})
         cursor = self.collection.find(
             {"is_public": True}, projection,
             sort=[(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)],
-            batch_size=RESTAMP_CHUNK,
+            batch_size=RESTAMP_CHUNK, session=session,
         )
         written = 0
         for chunk in _chunks(cursor, RESTAMP_CHUNK):
@@ -317,19 +325,21 @@ class CollectionSequencer:
                 entries.append(self.entry(doc, counter.next(doc.get(PUBLIC_MODIFIED))))
             written += self.write(entries)
         if floor is not None:
-            written += self._hide_vanished(counter)
+            written += self._hide_vanished(counter, session)
         return written
 
-    def _hide_vanished(self, counter: PositionCounter) -> int:
+    def _hide_vanished(self, counter: PositionCounter, session: Any) -> int:
         """Recovery: public entries whose document is gone or no longer public."""
         written = 0
-        cursor = self.positions.find({"is_public": True}, {"_id": 1}, batch_size=RESTAMP_CHUNK)
+        cursor = self.positions.find({"is_public": True}, {"_id": 1}, batch_size=RESTAMP_CHUNK,
+                                     session=session)
         for chunk in _chunks(cursor, RESTAMP_CHUNK):
             ids = [row["_id"] for row in chunk]
             docs = {
                 _hashable(doc["_id"]): doc
-                for doc in self.collection.find({"_id": {"$in": ids}}, {"is_public": 1, "_rev": 1,
-                                                                       "is_test": 1})
+                for doc in self.collection.find({"_id": {"$in": ids}},
+                                                {"is_public": 1, "_rev": 1, "is_test": 1},
+                                                session=session)
             }
             entries = []
             for doc_id in ids:
@@ -372,7 +382,7 @@ class CollectionSequencer:
                 "re-stamping the changed documents", self.name, error.details.get("codeName"),
             )
             return self._recover(state)
-        start = cluster_time(self.db)
+        start = successor(cluster_time(self.db))
         self.positions.update_one({"_id": STATE_ID}, {"$setOnInsert": {"start": start}}, upsert=True)
         start = self.load_state().get("start", start)  # a sequencer that started first wins
         stream = self._watch(start_at_operation_time=start)
@@ -388,7 +398,7 @@ class CollectionSequencer:
                  self.name, count, start, time.monotonic() - began)
 
     def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream:
-        start = cluster_time(self.db)
+        start = successor(cluster_time(self.db))
         stream = self._watch(start_at_operation_time=start)
         floors = [stamp for stamp in (state.get("checkpoint"), state.get("token_ts"))
                   if isinstance(stamp, Timestamp)]

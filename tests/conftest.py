@@ -112,22 +112,26 @@ def put_docs(store: Any) -> Callable[..., list[dict[str, Any]]]:
 
 
 def wait_sequenced(db: Any, collection: str = "tenders", timeout: float = 10.0) -> Any:
-    """Wait until the sequencer caught up with ``collection``: every document
-    has an entry of its current ``_rev`` (or a tombstone when deleted) and
-    the checkpoint covers every entry. Returns the checkpoint."""
+    """Wait until the sequencer caught up with ``collection``: every public
+    document has an entry of its current ``_rev``, so has every other
+    document that has an entry, deleted ones have tombstones, and the
+    checkpoint covers every entry. Returns the checkpoint."""
     from openprocurement_feed.orders import STATE_ID, positions_name
 
     positions = db[positions_name(collection)]
     deadline = time.monotonic() + timeout
     while True:
-        docs = {doc["_id"]: doc.get("_rev") for doc in db[collection].find({}, {"_rev": 1})}
+        docs = {doc["_id"]: doc for doc in db[collection].find({}, {"_rev": 1, "is_public": 1})}
         entries = {
             entry["_id"]: entry
             for entry in positions.find({"_id": {"$ne": STATE_ID}}, {"rev": 1, "committed_ts": 1, "deleted": 1})
         }
         state = positions.find_one({"_id": STATE_ID}) or {}
         checkpoint = state.get("checkpoint")
-        current = all(doc_id in entries and entries[doc_id].get("rev") == rev for doc_id, rev in docs.items())
+        current = all(
+            entries[doc_id].get("rev") == doc.get("_rev") if doc_id in entries else doc.get("is_public") is not True
+            for doc_id, doc in docs.items()
+        )
         tombstoned = all(entry.get("deleted") or entry["_id"] in docs for entry in entries.values())
         covered = checkpoint is not None and all(
             entry["committed_ts"] <= checkpoint for entry in entries.values()
