@@ -353,8 +353,18 @@ class CollectionSequencer:
 
     # -- the stream ---------------------------------------------------------
 
+    def stream_pipeline(self) -> list[dict[str, Any]]:
+        """Keep of each event only what an entry needs: the server encodes
+        and ships a few fields instead of whole documents."""
+        keep = {f"fullDocument.{name}": 1 for name in (
+            "_id", "_rev", "is_public", "is_test", PUBLIC_MODIFIED, *self.scope_fields)}
+        keep.update({name: 1 for name in (
+            "operationType", "documentKey", "clusterTime", "wallTime", "ns")})
+        return [{"$project": keep}]
+
     def _watch(self, **options: Any) -> CollectionChangeStream:
         return self.collection.watch(
+            self.stream_pipeline(),
             full_document="updateLookup",
             max_await_time_ms=self.max_await_ms,
             batch_size=self.batch_size,

@@ -54,6 +54,11 @@ def add_parser(subparsers: Any) -> None:
         help="also run in commit order, with an in-process sequencer (default: yes)",
     )
     parser.add_argument(
+        "--sequencer", choices=("process", "thread"), default="process",
+        help="where the commit run's sequencer runs: its own worker process, as in "
+             "production, or a thread of the API process (default: %(default)s)",
+    )
+    parser.add_argument(
         "--hot", action="store_true",
         help="the hot-documents scenario: --small 30 --large 0 --rate 160 unless given",
     )
@@ -127,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         watermarks=tuple(args.watermark),
         commit=args.commit,
         hot=args.hot,
+        sequencer=args.sequencer,
         check_wait=args.check_wait,
         settle=args.settle,
         mongodb_uri=args.mongodb_uri,

@@ -37,6 +37,7 @@ from .crawler import Crawler
 from .detector import Detector, DetectorThread
 from .feed import FeedClient
 from .load import LoggingWriter, create_many
+from .worker import SequencerWorker
 
 Progress = Callable[[str], None]
 
@@ -64,6 +65,9 @@ class RaceConfig:
     watermarks: tuple[float, ...] = (0.0, 1.0)
     commit: bool = True
     hot: bool = False
+    #: where the commit run's sequencer runs: its own ``process`` (as in
+    #: production) or a ``thread`` of the API process
+    sequencer: str = "process"
     check_wait: float = 0.2
     page_limit: int = 100
     poll_interval: float = 0.05
@@ -187,7 +191,7 @@ def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str
         "mongodb.db_name": "race_" + uuid.uuid4().hex[:12],
         "feed.watermark_seconds": repr(float(watermark)),
         "feed.order": order,
-        "feed.sequencer": "thread" if order == "commit" else "off",
+        "feed.sequencer": "thread" if order == "commit" and config.sequencer == "thread" else "off",
         "demo.write_delay_ms": config.write_delay,
     }
 
@@ -211,10 +215,18 @@ def run_once(
     server = DemoServer(settings, threads=config.threads)
     writers: list[LoggingWriter] = []
     detector = crawler = None
+    worker: SequencerWorker | None = None
     try:
         server.start()
         if server.registry.feed_sequencer is not None:
             server.registry.feed_sequencer.wait_ready(timeout=30)
+        elif order == "commit":
+            embedded = server.registry.feed_embedded
+            uri = embedded.uri if embedded is not None else str(config.mongodb_uri)
+            worker = SequencerWorker(uri, settings["mongodb.db_name"]).start()
+            progress(f"{label} starting the sequencer worker process")
+            if not worker.wait_ready(server.registry.feed_store.db):
+                raise RuntimeError(f"the sequencer worker did not start: {worker.stop()}")
         api = server.api_url
         feed_url = f"{api}/tenders"
         progress(f"{label} creating {config.small} small and {config.large} large tenders")
@@ -307,7 +319,7 @@ def run_once(
                 longest_invisible(crawler, small + large, started_wall, ended_wall)
                 if config.hot else None
             ),
-            sequencer=_sequencer_figures(server.registry),
+            sequencer=_sequencer_figures(server.registry, worker),
         )
         progress(
             f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
@@ -321,6 +333,8 @@ def run_once(
         sequencer = getattr(server.registry, "feed_sequencer", None)
         if sequencer is not None:
             sequencer.stop()  # before its collection is dropped
+        if worker is not None:
+            worker.stop()
         if config.mongodb_uri:
             try:
                 server.registry.feed_store.client.drop_database(settings["mongodb.db_name"])
@@ -329,8 +343,11 @@ def run_once(
         server.close()
 
 
-def _sequencer_figures(registry: Any) -> dict[str, Any] | None:
-    """The in-process sequencer's counts and commit-to-checkpoint delays."""
+def _sequencer_figures(registry: Any, worker: SequencerWorker | None) -> dict[str, Any] | None:
+    """The sequencer's counts and commit-to-checkpoint delays."""
+    if worker is not None:
+        worker.stop()
+        return dict(worker.figures(), where="process")
     sequencer = getattr(registry, "feed_sequencer", None)
     if sequencer is None:
         return None
@@ -340,6 +357,7 @@ def _sequencer_figures(registry: Any) -> dict[str, Any] | None:
         "stamped": stats.stamped,
         "batches": stats.batches,
         "commit_to_checkpoint_ms": stats.delay_summary(),
+        "where": "thread",
     }
 
 
