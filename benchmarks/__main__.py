@@ -2,10 +2,12 @@
 
 Parts: ``cost`` (what the extension adds to a feed page), ``plans`` (the
 query plan of every feed query shape), ``codec`` (offset parse/compose
-throughput), ``sync`` (a full sync by the reference crawler), ``load``
-(sustained load: crawlers and writers at once). Without a part, ``cost``,
-``plans``, ``codec`` and ``sync`` run (``make bench``); ``make load`` runs
-``load``.
+throughput), ``sync`` (a full sync by the reference crawler), ``sequencer``
+(the commit-ordered feed: sequencer throughput and catch-up, commit-to-visible
+delay beside the watermark's, a commit page's cost beside a watermark page's),
+``load`` (sustained load: crawlers and writers at once). Without a part,
+``cost``, ``plans``, ``codec``, ``sync`` and ``sequencer`` run (``make
+bench``); ``make load`` runs ``load``.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
-PARTS = ("cost", "plans", "codec", "sync")
+PARTS = ("cost", "plans", "codec", "sync", "sequencer")
 
 
 def document_count(value: str) -> int:
@@ -33,13 +35,24 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load",), default="all",
-                        help="what to measure (default: cost, plans and codec)")
+                        help="what to measure (default: every part but load)")
     parser.add_argument("--docs", type=document_count, default=3000,
-                        help="sample tenders for cost, plans and sync (default: %(default)s)")
+                        help="sample tenders for cost, plans, sync and the sequencer's page "
+                             "cost (default: %(default)s)")
     parser.add_argument("--repeat", type=positive_int, default=30,
-                        help="timed runs per way and page size for cost (default: %(default)s)")
+                        help="timed runs per way and page size for cost and the sequencer's "
+                             "page cost (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="cost: also print a cProfile of the in-process requests")
+    sequencer = parser.add_argument_group("sequencer")
+    sequencer.add_argument("--write-seconds", type=positive_float, default=6.0,
+                           help="seconds of writes for the throughput and delay figures "
+                                "(default: %(default)s)")
+    sequencer.add_argument("--catch-up", type=positive_int, default=2000, metavar="N",
+                           help="tenders written while the sequencer is stopped "
+                                "(default: %(default)s)")
+    sequencer.add_argument("--delay-rate", type=positive_float, default=70.0, metavar="RATE",
+                           help="patches per second of the delay figure (default: %(default)s)")
     load = parser.add_argument_group("load")
     load.add_argument("--duration", type=positive_float, default=60.0,
                       help="seconds of load (default: %(default)s)")
@@ -74,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import sync
 
             sync.run(tenders=args.docs)
+        elif part == "sequencer":
+            from . import sequencer
+
+            sequencer.run(seconds=args.write_seconds, catch_up_count=args.catch_up,
+                          rate=args.delay_rate, docs=args.docs, repeat=args.repeat)
         else:
             from . import codec
 

@@ -75,6 +75,21 @@ def timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def cpu_timed(call: Callable[[], Any]) -> float:
+    """CPU seconds this process spends on one call (the database is another
+    process: its time is not counted)."""
+    started = time.process_time()
+    call()
+    return time.process_time() - started
+
+
+def wall_and_cpu(call: Callable[[], Any]) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain-text table, first column left-aligned, the others right."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -31,15 +30,7 @@ from openprocurement_feed.demo import main
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded import EmbeddedServer
 
-from .common import median_ms, seed_tenders, status, table, timed
-
-
-def cpu_timed(call: Any) -> float:
-    """CPU seconds this process spends on one call (the database is another
-    process: its time is not counted)."""
-    started = time.process_time()
-    call()
-    return time.process_time() - started
+from .common import cpu_timed, median_ms, seed_tenders, status, table, timed
 
 DB_NAME = "bench_feed_cost"
 

@@ -6,6 +6,11 @@ first page and after an offset, each mode, and the scoped feed with
 ``--scope-field``): the plan's stages, the index it scans, and the keys and
 documents examined per document returned.
 
+``--order commit`` explains a commit-ordered feed instead: the shapes on the
+positions collection beside ``--collection`` (``<collection>_feed_positions``,
+sorted on ``committed_ts`` and bounded by the sequencer's checkpoint), the
+read of a page's documents by ``_id``, and the positions indexes.
+
 Exit status: 0 when every shape is served by an index in index order; 1 when
 a shape is served by a collection scan or an in-memory sort, or a feed index
 is missing; 2 for a usage or connection error.
@@ -18,6 +23,7 @@ import sys
 from typing import Any
 
 from ..cli import CommandError
+from ..orders import COMMIT, ORDERS, WATERMARK, positions_name
 from .options import positive_int
 
 
@@ -53,6 +59,9 @@ def add_parser(subparsers: Any) -> None:
                         help="the database (default: %(default)s)")
     parser.add_argument("--collection", default="tenders",
                         help="the feed's collection (default: %(default)s)")
+    parser.add_argument("--order", choices=ORDERS, default=WATERMARK,
+                        help="the feed's order: explain the collection itself (watermark) or "
+                             "its positions collection (commit) (default: %(default)s)")
     parser.add_argument("--scope-field", type=field_name, default=None, metavar="FIELD",
                         help="also explain the feed scoped on this field (e.g. frameworkID)")
     parser.add_argument("--limit", type=max_limit, default=100,
@@ -66,6 +75,23 @@ def _progress(done: int, total: int) -> None:
     if sys.stderr.isatty():
         end = "\n" if done == total else ""
         print(f"\rexplaining feed query shapes: {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+def check_collections(names: list[str], args: argparse.Namespace) -> None:
+    """Refuse a feed collection (or, in commit order, a positions collection)
+    that is not in the database, with what to check."""
+    if args.collection not in names:
+        raise CommandError(
+            f"no collection {args.collection!r} in database {args.db!r} "
+            "(check --db and --collection)"
+        )
+    positions = positions_name(args.collection)
+    if args.order == COMMIT and positions not in names:
+        raise CommandError(
+            f"no positions collection {positions!r} in database {args.db!r}: is the feed of "
+            f"{args.collection!r} commit-ordered (feed.order = commit), and has its sequencer "
+            "run? (or drop --order commit)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,14 +111,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             database = client[args.db]
-            if args.collection not in database.list_collection_names():
-                raise CommandError(
-                    f"no collection {args.collection!r} in database {args.db!r} "
-                    "(check --db and --collection)"
-                )
+            check_collections(database.list_collection_names(), args)
             analysis = analyse(
                 database[args.collection], scope_field=args.scope_field, limit=args.limit,
-                progress=_progress,
+                progress=_progress, order=args.order,
             )
         except InvalidName as error:
             raise CommandError(f"--db/--collection: {error}") from None
