@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from bson.timestamp import Timestamp
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING, DESCENDING, UpdateOne
 from pymongo.change_stream import CollectionChangeStream
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -410,7 +410,14 @@ class CollectionSequencer:
     def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream:
         start = successor(cluster_time(self.db))
         stream = self._watch(start_at_operation_time=start)
-        floors = [stamp for stamp in (state.get("checkpoint"), state.get("token_ts"))
+        # Above every position written so far (a batch may have written its
+        # entries past the saved token): a re-stamped entry always moves.
+        newest = self.positions.find_one(
+            {COMMITTED_TS: {"$type": "timestamp"}}, {COMMITTED_TS: 1},
+            sort=[(COMMITTED_TS, DESCENDING)],
+        )
+        floors = [stamp for stamp in (state.get("checkpoint"), state.get("token_ts"),
+                                      (newest or {}).get(COMMITTED_TS))
                   if isinstance(stamp, Timestamp)]
         floor = max(floors) if floors else Timestamp(0, 0)
         count = self.restamp(start, floor=floor)

@@ -46,6 +46,9 @@ from .feed import FeedClient, FeedError, FeedItem
 
 #: At most this many pages are read to re-fetch one window.
 MAX_REFETCH_PAGES = 50
+#: Commit order: how many times a late candidate is looked for again from
+#: the snapshot's newest item (one ``wait`` apart) before it counts.
+RECHECKS = 10
 
 
 def late_arrivals(snapshot: Sequence[FeedItem], refetch: Iterable[FeedItem]) -> tuple[FeedItem, ...]:
@@ -165,9 +168,11 @@ class Detector:
             refetched = self.refetch(snapshot.next_offset)
             from_newest = self.refetch(snapshot.prev_offset)
             late = late_in_feed_order(snapshot.items, refetched, from_newest)
-            if late:
-                # A document rewritten between the two reads sits above the
-                # checkpoint for a moment: look again once it has passed.
+            for _ in range(RECHECKS):
+                if not late:
+                    break
+                # A document changed again between the two reads is hidden
+                # until the sequencer gives it its new position: look again.
                 sleep(self.wait)
                 again = {item.id for item in self.refetch(snapshot.prev_offset)}
                 late = tuple(item for item in late if item.id not in again)
