@@ -46,9 +46,9 @@ POSITIONS_SUFFIX = "_feed_positions"
 #: uses as an id and every server finds through the ``_id`` index; the
 #: document has no ``is_public``, so no feed query ever returns it.
 STATE_ID = MinKey()
-#: A row whose document is gone, no longer public or changed again when its
-#: page is read: it moves the page's offsets on but is not shown (its newer
-#: position, a tombstone or a hidden entry, comes later).
+#: A row whose document is gone or no longer public when its page is read:
+#: it moves the page's offsets on but is not shown (its newer position, a
+#: tombstone or a hidden entry, comes later).
 HIDDEN = "_feed_hidden"
 #: Seconds an offset of the other order is read earlier (on top of ``W``):
 #: a few duplicates, never a loss.
@@ -165,19 +165,19 @@ class CommitReader(PageReader):
 
     def find(self, query: Mapping[str, Any], fields: Iterable[str],
              sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
-        return self._cursor(self.positions, query, {COMMITTED_TS: 1, "rev": 1}, sort, limit)
+        return self._cursor(self.positions, query, {COMMITTED_TS: 1}, sort, limit)
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
         """Read the rows' documents; a row is hidden when its document is
-        gone, no longer public, or already changed again (another ``_rev``:
-        that change's own, later position shows it, so it is not sent
-        twice)."""
+        gone or no longer public. A document changed again since its entry
+        is shown with its newer content (SPEC D.5: its next position comes
+        later; a crawler may see that version twice, never miss it, and a
+        document rewritten all the time keeps appearing)."""
         if not rows:
             return rows
         projection = {name: 1 for name in fields}
         projection[PUBLIC_MODIFIED] = 1
         projection["is_public"] = 1
-        projection["_rev"] = 1
         docs = {
             doc["_id"]: doc
             for doc in self._cursor(
@@ -187,12 +187,10 @@ class CommitReader(PageReader):
         page = []
         for row in rows:
             doc = docs.get(row["_id"])
-            if doc is None or doc.get("is_public") is not True or doc.get("_rev") != row.get("rev"):
+            if doc is None or doc.get("is_public") is not True:
                 page.append({"_id": row["_id"], COMMITTED_TS: row[COMMITTED_TS], HIDDEN: True})
             else:
                 doc.pop("is_public", None)
-                if "_rev" not in fields:
-                    doc.pop("_rev", None)
                 doc[COMMITTED_TS] = row[COMMITTED_TS]
                 page.append(doc)
         return page

@@ -10,7 +10,7 @@ import pytest
 
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.race.crawler import Crawler
-from openprocurement_feed.race.detector import CheckResult, Detector, late_arrivals
+from openprocurement_feed.race.detector import CheckResult, Detector, late_arrivals, late_in_feed_order
 from openprocurement_feed.race.experiment import RunResult
 from openprocurement_feed.race.feed import FeedClient, FeedError, FeedItem
 from openprocurement_feed.race.report import check_summary, format_anomaly, race_json, race_table
@@ -311,3 +311,23 @@ def test_check_summary() -> None:
     text = check_summary(stats, 2.0)
     assert text.startswith("2 checks in 2.0 s: 1 with late arrivals (50.00 %)")
     assert "max 50 ms" in text
+
+
+# -- commit order: the window read as a crawler reads it ---------------------
+
+def test_in_feed_order_a_document_inside_the_window_is_late() -> None:
+    snapshot = (item("e", 500), item("d", 400), item("c", 300))
+    from_oldest = [item("c", 300), item("x", 350), item("d", 400), item("e", 500), item("n", 600)]
+    from_newest = [item("n", 600)]
+    assert late_in_feed_order(snapshot, from_oldest, from_newest) == (item("x", 350),)
+
+
+def test_in_feed_order_new_changes_and_rewrites_are_not_late() -> None:
+    """Commit order does not sort by public_modified: a change stamped inside
+    the window but committed after it comes after the newest item, and a
+    snapshot item shown again with newer content is the same document."""
+    snapshot = (item("e", 500), item("d", 400), item("c", 300))
+    stamped_early = item("y", 350)
+    rewritten = item("d", 450)
+    from_oldest = [item("c", 300), rewritten, item("e", 500), stamped_early]
+    assert late_in_feed_order(snapshot, from_oldest, [stamped_early]) == ()

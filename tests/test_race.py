@@ -121,3 +121,23 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
     assert runs[1]["sequencer"]["events"] > 0, "the commit run's sequencer followed the writes"
     assert "[W=0.2] done" in captured.err and "[commit] done" in captured.err
     assert set(mongo_client.list_database_names()) <= before
+
+
+@pytest.mark.slow
+def test_hot_documents_keep_appearing_in_commit_order_only(mongodb_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC C/D: tenders rewritten faster than W starve a W = 1 s feed for the
+    whole run; in commit order every acknowledged change shows within 1 s."""
+    import json
+
+    status = cli_main([
+        "race", "--hot", "--json", "--duration", "4", "--writers", "4", "--small", "10",
+        "--rate", "80", "--watermark", "1", "--settle", "0.5", "--mongodb-uri", mongodb_uri,
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    watermark, commit = json.loads(captured.out)
+    assert (watermark["order"], commit["order"]) == ("watermark", "commit")
+    assert watermark["hot"] and commit["hot"]
+    assert watermark["longest_invisible_s"] >= 3.0, "the watermark feed starved the hot tenders"
+    assert commit["longest_invisible_s"] < 1.0, "commit order shows them while they are written"
+    assert watermark["lost"] == commit["lost"] == 0
