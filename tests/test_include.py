@@ -163,3 +163,39 @@ def test_feed_reads_default_to_the_primary(settings: dict[str, str]) -> None:
     assert store.feed_collection("tenders").read_concern.level == "majority"
     assert store.collection("tenders").write_concern.document == {"w": "majority"}
     store.close()
+
+
+def test_a_bad_feed_order_is_a_configuration_error(settings: dict[str, str]) -> None:
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError, match="add_feed\\('tenders'\\): invalid order 'sideways'"):
+        config.add_feed("tenders", order="sideways")
+    config.registry.feed_store.close()
+
+
+def test_per_feed_order_and_the_thread_sequencer(settings: dict[str, str]) -> None:
+    """A watermark deployment can serve one feed in commit order; the thread
+    sequencer follows exactly the commit-ordered feeds' collections."""
+    from openprocurement_feed import commit_collections, shutdown
+
+    config = Configurator(settings=dict(settings, **{"feed.sequencer": "thread"}))
+    config.include("openprocurement_feed")
+    config.add_feed("tenders")
+    config.add_feed("plans", order="commit")
+    config.add_feed("submissions", path="frameworks/{frameworkID}/submissions",
+                    scope="frameworkID", collection="plans", order="commit")
+    app = config.make_wsgi_app()
+    try:
+        assert commit_collections(app.registry) == {"plans": ("frameworkID",)}
+        sequencer = app.registry.feed_sequencer
+        assert [follower.name for follower in sequencer.followers] == ["plans"]
+        assert sequencer.followers[0].scope_fields == ("frameworkID",)
+        assert sequencer.wait_ready(timeout=30)
+        web = TestApp(app)
+        assert web.get("/api/2.5/plans").json["data"] == []
+        assert web.get("/api/2.5/tenders").json["data"] == []
+    finally:
+        shutdown(app.registry)
+    assert app.registry.feed_sequencer is None

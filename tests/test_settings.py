@@ -101,6 +101,9 @@ def test_missing_uri_names_the_setting_and_the_variable() -> None:
         ("mongodb.plans_collection", "$bad", "'mongodb.plans_collection': '$bad'"),
         ("feed.max_time_ms", "-1", "'feed.max_time_ms': '-1'; expected an integer >= 0"),
         ("feed.max_time_ms", "soon", "'feed.max_time_ms': 'soon'"),
+        ("feed.order", "sideways", "'feed.order': 'sideways'; expected one of watermark, commit"),
+        ("feed.order", "Commit", "'feed.order': 'Commit'"),
+        ("feed.sequencer", "process", "'feed.sequencer': 'process'; expected one of off, thread"),
     ],
 )
 def test_bad_values_name_the_setting(key: str, value: str, message: str) -> None:
@@ -116,3 +119,15 @@ def test_bad_environment_value_names_the_variable() -> None:
 
 def test_from_settings_is_parse_settings() -> None:
     assert FeedSettings.from_settings({"mongodb.uri": URI}) == parse_settings({"mongodb.uri": URI}, {})
+
+
+def test_feed_order_and_sequencer() -> None:
+    settings = parse_settings({"mongodb.uri": URI}, {})
+    assert (settings.order, settings.sequencer) == ("watermark", "off")
+    settings = parse_settings({"mongodb.uri": URI, "feed.order": "commit", "feed.sequencer": "thread"}, {})
+    assert (settings.order, settings.sequencer) == ("commit", "thread")
+    overridden = parse_settings({"mongodb.uri": URI, "feed.order": "commit"},
+                                {"FEED_ORDER": "watermark", "FEED_SEQUENCER": "thread"})
+    assert (overridden.order, overridden.sequencer) == ("watermark", "thread")
+    with pytest.raises(ConfigurationError, match="environment variable FEED_ORDER: 'both'"):
+        parse_settings({"mongodb.uri": URI}, {"FEED_ORDER": "both"})
