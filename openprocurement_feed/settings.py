@@ -64,11 +64,21 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({
     "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
     "order": Setting("feed.order", "FEED_ORDER", "watermark"),
     "sequencer": Setting("feed.sequencer", "FEED_SEQUENCER", "off"),
+    "health_path": Setting("feed.health_path", "FEED_HEALTH_PATH", "{route_prefix}/feeds/health"),
+    "health_permission": Setting("feed.health_permission", "FEED_HEALTH_PERMISSION", ""),
+    "lag_window_seconds": Setting("feed.lag_window_seconds", "FEED_LAG_WINDOW_SECONDS", "300"),
+    "checkpoint_threshold_seconds": Setting(
+        "feed.checkpoint_threshold_seconds", "FEED_CHECKPOINT_THRESHOLD_SECONDS", "5"
+    ),
+    "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", ""),
+    "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", ""),
 })
 #: The feed orders (SPEC D): by ``public_modified`` behind a watermark, or by commit.
 ORDERS = ("watermark", "commit")
-#: Where the sequencer of commit-ordered feeds runs: elsewhere, or in a thread here.
-SEQUENCER_MODES = ("off", "thread")
+#: Where the sequencer of commit-ordered feeds runs: elsewhere, or in a thread
+#: here; ``observe`` runs the same follower in a thread that only measures
+#: (for watermark deployments).
+SEQUENCER_MODES = ("off", "thread", "observe")
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,12 @@ class FeedSettings:
     collections: Mapping[str, str] = field(default_factory=dict)
     order: str = "watermark"
     sequencer: str = "off"
+    health_path: str = "/api/2.5/feeds/health"
+    health_permission: str | None = None
+    lag_window_seconds: float = 300.0
+    checkpoint_threshold_seconds: float = 5.0
+    metrics_path: str = ""
+    metrics_permission: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -210,6 +226,26 @@ def parse_route_prefix(where: str, value: str) -> str:
     return prefix
 
 
+def parse_positive_seconds(where: str, value: str) -> float:
+    """A finite number of seconds > 0."""
+    allowed = "expected a number of seconds > 0"
+    seconds = _number(float, where, value, allowed)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise _fail(where, value, allowed)
+    return seconds
+
+
+def parse_view_path(where: str, value: str, route_prefix: str, optional: bool = False) -> str:
+    """A URL path such as ``/api/2.5/feeds/health``; ``{route_prefix}`` is
+    replaced by the feed's route prefix. With ``optional``, empty means off."""
+    path = (value or "").replace("{route_prefix}", route_prefix)
+    if optional and not path:
+        return ""
+    if not path.startswith("/") or not ROUTE_PREFIX_RE.match(path.rstrip("/")) or path == "/":
+        raise _fail(where, value, "expected a path such as /api/2.5/feeds/health")
+    return path.rstrip("/")
+
+
 def parse_names(where: str, value: str) -> tuple[str, ...]:
     """A whitespace- or comma-separated list of feed names."""
     names = tuple(n for n in re.split(r"[\s,]+", value or "") if n)
@@ -260,6 +296,7 @@ def parse_settings(
     if not db_name or any(c in db_name for c in '/\\. "$\x00'):
         raise _fail(where, db_name, "expected a database name without / \\ . \" $ or spaces")
     max_limit = parse_positive_int(*raw("max_limit"))
+    route_prefix = parse_route_prefix(*raw("route_prefix"))
     default_where, default_value = raw("default_limit")
     default_limit = parse_positive_int(default_where, default_value)
     if default_limit > max_limit:
@@ -276,7 +313,7 @@ def parse_settings(
             *raw("server_selection_timeout_ms"), upper=600_000
         ),
         watermark_seconds=parse_watermark(*raw("watermark_seconds")),
-        route_prefix=parse_route_prefix(*raw("route_prefix")),
+        route_prefix=route_prefix,
         default_limit=default_limit,
         max_limit=max_limit,
         resources=parse_names(*raw("resources")),
@@ -284,4 +321,10 @@ def parse_settings(
         collections=parse_collections(settings, env),
         order=parse_choice(*raw("order"), ORDERS),
         sequencer=parse_choice(*raw("sequencer"), SEQUENCER_MODES),
+        health_path=parse_view_path(*raw("health_path"), route_prefix),
+        health_permission=raw("health_permission")[1] or None,
+        lag_window_seconds=parse_positive_seconds(*raw("lag_window_seconds")),
+        checkpoint_threshold_seconds=parse_positive_seconds(*raw("checkpoint_threshold_seconds")),
+        metrics_path=parse_view_path(*raw("metrics_path"), route_prefix, optional=True),
+        metrics_permission=raw("metrics_permission")[1] or None,
     )
