@@ -11,9 +11,12 @@
 * JSON error views: 409 for a write conflict, 503 while the database is
   unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
   commit-ordered feed has no checkpoint yet;
+* the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
+  measured start-to-commit lag, the checkpoint and a verdict;
 * with ``feed.sequencer = thread``, ``registry.feed_sequencer``: a
   :class:`~.sequencer.Sequencer` following the collections of every
-  commit-ordered feed, started when the configuration is committed.
+  commit-ordered feed and observing those of the other feeds, started when
+  the configuration is committed (``observe``: observers only).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .errors import (
     query_timeout_view,
 )
 from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
+from .health import VerdictLog, health_view
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
 from .views import FeedDefinition, add_feed
@@ -77,15 +81,30 @@ def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def watermark_collections(registry: Any) -> list[str]:
+    """The collections of the registry's watermark-ordered feeds (followed
+    observe-only, to measure the lag the watermark bets on)."""
+    names = [feed.collection for feed in getattr(registry, "feed_definitions", {}).values()
+             if feed.order != COMMIT]
+    return list(dict.fromkeys(names))
+
+
 def _start_sequencer(registry: Any) -> None:
-    """Start the in-process sequencer of the commit-ordered feeds (if any)."""
+    """Start the in-process follower: ``thread`` sequences the commit-ordered
+    feeds and observes the others; ``observe`` only observes."""
     from .sequencer import Sequencer
 
-    collections = commit_collections(registry)
-    if not collections or getattr(registry, "feed_sequencer", None) is not None:
+    settings = registry.feed_settings
+    collections = commit_collections(registry) if settings.sequencer == "thread" else {}
+    observed = watermark_collections(registry)
+    if (not collections and not observed) or getattr(registry, "feed_sequencer", None) is not None:
         return
     store = registry.feed_store
-    registry.feed_sequencer = Sequencer(store.db, collections).start()
+    registry.feed_sequencer = Sequencer(
+        store.db, collections, observed=observed,
+        lag_window_seconds=settings.lag_window_seconds,
+        metrics=getattr(registry, "feed_metrics", None),
+    ).start()
 
 
 def shutdown(registry: Any) -> None:
@@ -130,7 +149,11 @@ def includeme(config: Configurator) -> None:
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
     config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
     config.add_view(feed_not_ready_view, context=FeedNotReady, renderer="json")
-    if settings.sequencer == "thread":
+    registry.feed_verdicts = VerdictLog()
+    config.add_route("openprocurement_feed.health", settings.health_path)
+    config.add_view(health_view, route_name="openprocurement_feed.health", renderer="json",
+                    request_method="GET", permission=settings.health_permission)
+    if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
         config.action(
             ("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10

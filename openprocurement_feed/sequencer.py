@@ -53,6 +53,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from .health import LagWindow, Publisher, event_lag
 from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, positions_name
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,9 @@ class CollectionSequencer:
         batch_size: int = 1000,
         max_await_ms: int = 20,
         batch_seconds: float = 0.05,
+        observe: bool = False,
+        lag_window_seconds: float = 300.0,
+        metrics: Any = None,
     ) -> None:
         majority = WriteConcern(w="majority")
         self.name = collection.name
@@ -199,6 +203,11 @@ class CollectionSequencer:
         self.max_await_ms = max_await_ms
         self.batch_seconds = batch_seconds
         self.stats = SequencerStats()
+        #: observe only: measure the lag, write no positions (watermark feeds)
+        self.observe = observe
+        self.window = LagWindow(lag_window_seconds)
+        self.metrics = metrics
+        self.publisher = Publisher(self.db, self.name, "observer" if observe else "sequencer")
         #: a batch published mid-stream: its last time and uncovered events
         self.pending: tuple[Timestamp, list[dict[str, Any]]] | None = None
 
@@ -374,7 +383,10 @@ class CollectionSequencer:
     def open(self) -> CollectionChangeStream:
         """Open the stream where the saved state says: after the saved resume
         token, else at the saved start (no event handled since); backfill on
-        a first start; recover when the resume point has left the oplog."""
+        a first start; recover when the resume point has left the oplog.
+        An observer follows from the present."""
+        if self.observe:
+            return self._watch()
         state = self.load_state()
         try:
             if state.get("token"):
@@ -458,7 +470,13 @@ class CollectionSequencer:
         """Write a batch's entries, then its token and checkpoint. An empty
         read after a batch published mid-stream publishes its last event's
         time (the stream is caught up there)."""
+        self.measure(events)
+        if self.observe:
+            self.stats.events += len(events)
+            self.publisher.maybe_publish(self.window)
+            return
         if not events:
+            self.publisher.maybe_publish(self.window, {"checkpoint": self.stats.checkpoint})
             pending = self.pending
             if caught_up and pending is not None:
                 self.pending = None
@@ -483,6 +501,17 @@ class CollectionSequencer:
         covered = [event for event in events if event["clusterTime"] <= checkpoint]
         self._record_delays(covered)
         self.pending = None if caught_up else (last, events[len(covered):])
+        self.publisher.maybe_publish(self.window, {"checkpoint": self.stats.checkpoint})
+
+    def measure(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Record each write's start-to-commit lag (the watermark's bet)."""
+        for event in events:
+            lag = event_lag(event)
+            if lag is None:
+                continue
+            self.window.add(lag)
+            if self.metrics is not None:
+                self.metrics.observe_lag(self.name, lag)
 
     def _record_delays(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Commit-to-checkpoint delays of events a checkpoint now covers."""
@@ -516,13 +545,18 @@ class Sequencer:
     """The sequencers of several collections, one thread each.
 
     :param collections: feed collection → the scope fields its feeds filter on.
+    :param observed: collections of watermark feeds to follow observe-only
+        (their lag measured, no positions written).
     """
 
     def __init__(self, db: Database, collections: Mapping[str, Iterable[str]],
-                 **options: Any) -> None:
+                 observed: Iterable[str] = (), **options: Any) -> None:
         self.followers = [
             CollectionSequencer(db.get_collection(name), scope_fields, **options)
             for name, scope_fields in collections.items()
+        ] + [
+            CollectionSequencer(db.get_collection(name), observe=True, **options)
+            for name in observed if name not in collections
         ]
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -557,10 +591,11 @@ class Sequencer:
         return bool(self.threads) and all(thread.is_alive() for thread in self.threads)
 
     def wait_ready(self, timeout: float = 30.0, poll: Callable[[float], Any] = time.sleep) -> bool:
-        """Wait until every collection has a checkpoint; False on time-out."""
+        """Wait until every sequenced collection has a checkpoint; False on time-out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(follower.stats.checkpoint is not None for follower in self.followers):
+            if all(follower.stats.checkpoint is not None
+                   for follower in self.followers if not follower.observe):
                 return True
             if self.errors:
                 return False

@@ -1,0 +1,243 @@
+"""Is the feed's promise kept? Live figures, a verdict per feed, the health view.
+
+The change-stream follower (:mod:`.sequencer`, as a sequencer or observe-only)
+measures every write's start-to-commit lag (the event's ``wallTime`` minus
+the document's ``public_modified``: the very quantity the watermark bets on)
+in a :class:`LagWindow` and publishes a summary about once a second in the
+shared ``feed_health`` collection, one document per followed collection.
+The health view reads those documents (and, for commit-ordered feeds, the
+checkpoint), so every web worker answers the same.
+
+Verdicts (:func:`feed_health`):
+
+* watermark order: ``violated`` when the window's max lag is ``>= W``,
+  ``at-risk`` above ``W / 2``, else ``ok``; ``unknown`` without a watcher;
+* commit order: ``at-risk`` when the newest write is more than
+  ``feed.checkpoint_threshold_seconds`` past the checkpoint (the sequencer
+  is not keeping up), else ``ok``; ``unknown`` before the first checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+from bson.timestamp import Timestamp
+from pymongo.database import Database
+from pyramid.request import Request
+
+from .orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
+
+log = logging.getLogger(__name__)
+
+#: The collection of the followers' published figures.
+HEALTH_COLLECTION = "feed_health"
+#: Verdicts from best to worst.
+VERDICTS = ("ok", "unknown", "at-risk", "violated")
+#: A watcher whose figures are older than this is taken for stopped (s).
+STALE_AFTER = 10.0
+HOW_TO_WATCH = (
+    "No watcher runs: start 'openprocurement-feed sequence --observe CONFIG.ini' "
+    "(or 'sequence CONFIG.ini' for commit-ordered feeds), or set "
+    "feed.sequencer = thread (or observe) in a single-process app."
+)
+
+
+class LagWindow:
+    """Start-to-commit lags (seconds) of the last ``seconds``, thread-safe."""
+
+    def __init__(self, seconds: float = 300.0, max_samples: int = 200_000) -> None:
+        self.seconds = seconds
+        self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self.lock = threading.Lock()
+
+    def add(self, lag: float, at: float | None = None) -> None:
+        with self.lock:
+            self.samples.append((time.time() if at is None else at, lag))
+
+    def summary(self, now: float | None = None) -> dict[str, Any]:
+        """``p50``, ``p99``, ``max`` (ms), ``count`` and ``window_seconds``."""
+        now = time.time() if now is None else now
+        with self.lock:
+            while self.samples and self.samples[0][0] < now - self.seconds:
+                self.samples.popleft()
+            lags = sorted(lag for _, lag in self.samples)
+        result: dict[str, Any] = {"p50": None, "p99": None, "max": None, "count": len(lags),
+                                  "window_seconds": self.seconds}
+        if lags:
+            result.update(
+                p50=round(lags[len(lags) // 2] * 1000, 1),
+                p99=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 1),
+                max=round(lags[-1] * 1000, 1),
+            )
+        return result
+
+
+def event_lag(event: Mapping[str, Any]) -> float | None:
+    """An event's start-to-commit lag in seconds, when it can be measured."""
+    wall = event.get("wallTime")
+    stamp = (event.get("fullDocument") or {}).get(PUBLIC_MODIFIED)
+    if not isinstance(wall, datetime) or not isinstance(stamp, (int, float)):
+        return None
+    if wall.tzinfo is None:
+        wall = wall.replace(tzinfo=timezone.utc)
+    return max(0.0, wall.timestamp() - float(stamp))
+
+
+@dataclass
+class Publisher:
+    """Publishes a follower's figures to ``feed_health`` at most every ``every`` s."""
+
+    db: Database
+    collection: str
+    role: str
+    every: float = 1.0
+    last: float = field(default=0.0)
+
+    def maybe_publish(self, window: LagWindow, extra: Mapping[str, Any] | None = None,
+                      force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        document = {"role": self.role, "lag_ms": window.summary(),
+                    "updated": datetime.now(timezone.utc), **(extra or {})}
+        self.db[HEALTH_COLLECTION].update_one({"_id": self.collection}, {"$set": document}, upsert=True)
+
+
+def _worst(verdicts: Iterable[str]) -> str:
+    return max(verdicts, key=VERDICTS.index, default="unknown")
+
+
+def _age(moment: Any, now: datetime) -> float | None:
+    if not isinstance(moment, datetime):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return round(max(0.0, (now - moment).total_seconds()), 1)
+
+
+def feed_health(db: Database, feed: Any, watermark_seconds: float, threshold: float,
+                now: datetime | None = None) -> dict[str, Any]:
+    """The health of one feed (a :class:`~.views.FeedDefinition`)."""
+    now = now or datetime.now(timezone.utc)
+    published = db[HEALTH_COLLECTION].find_one({"_id": feed.collection}) or {}
+    age = _age(published.get("updated"), now)
+    running = age is not None and age <= STALE_AFTER
+    lag = published.get("lag_ms") if running else None
+    lag = lag or {"p50": None, "p99": None, "max": None, "count": 0, "window_seconds": None}
+    body: dict[str, Any] = {
+        "name": feed.name, "collection": feed.collection, "order": feed.order,
+        "watermark_seconds": watermark_seconds,
+        "watcher": {"running": running, "updated": published.get("updated").isoformat()
+                    if isinstance(published.get("updated"), datetime) else None,
+                    "age_seconds": age},
+        "checkpoint": None, "lag_ms": lag,
+    }
+    if feed.order == COMMIT:
+        body["verdict"], body["reason"] = _commit_verdict(db, feed, threshold, body)
+    else:
+        body["verdict"], body["reason"] = _watermark_verdict(watermark_seconds, running, lag)
+    return body
+
+
+def _watermark_verdict(watermark: float, running: bool, lag: Mapping[str, Any]) -> tuple[str, str]:
+    if not running:
+        return "unknown", HOW_TO_WATCH
+    if not lag.get("count"):
+        return "ok", "no write in the window"
+    worst_ms = float(lag["max"])
+    w_ms = watermark * 1000
+    if worst_ms >= w_ms:
+        return "violated", (f"max start-to-commit lag {worst_ms:.0f} ms >= W ({w_ms:.0f} ms): "
+                            "a write may have been skipped by crawlers; raise W")
+    if worst_ms > w_ms / 2:
+        return "at-risk", f"max start-to-commit lag {worst_ms:.0f} ms > W/2 ({w_ms / 2:.0f} ms)"
+    return "ok", f"max start-to-commit lag {worst_ms:.0f} ms is below half of W ({w_ms / 2:.0f} ms)"
+
+
+def _commit_verdict(db: Database, feed: Any, threshold: float,
+                    body: dict[str, Any]) -> tuple[str, str]:
+    state = db[positions_name(feed.collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
+    checkpoint = state.get("checkpoint")
+    if not isinstance(checkpoint, Timestamp):
+        return "unknown", "no checkpoint yet: " + HOW_TO_WATCH
+    newest = db[feed.collection].find_one(
+        {"is_public": True}, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, -1)]
+    ) or {}
+    body["checkpoint"] = {"position": f"{checkpoint.time}.{checkpoint.inc:010d}",
+                          "age_seconds": round(max(0.0, time.time() - checkpoint.time), 1)}
+    stamp = newest.get(PUBLIC_MODIFIED)
+    behind = float(stamp) - (checkpoint.time + 1) if isinstance(stamp, (int, float)) else 0.0
+    body["checkpoint"]["behind_newest_write_seconds"] = round(max(0.0, behind), 1)
+    if behind > threshold:
+        return "at-risk", (f"the checkpoint is {behind:.0f} s behind the newest write "
+                           f"(threshold {threshold:g} s): is the sequencer running?")
+    return "ok", "the sequencer keeps up"
+
+
+class VerdictLog:
+    """Logs verdict transitions once each (warning at at-risk, error at violated)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def note(self, name: str, verdict: str, reason: str) -> None:
+        with self.lock:
+            before = self.last.get(name)
+            self.last[name] = verdict
+        if before == verdict:
+            return
+        if verdict == "violated":
+            log.error("Feed %r: promise violated: %s", name, reason)
+        elif verdict == "at-risk":
+            log.warning("Feed %r: at risk: %s", name, reason)
+        elif before in ("at-risk", "violated"):
+            log.info("Feed %r: %s again: %s", name, verdict, reason)
+
+
+def health_report(registry: Any) -> dict[str, Any]:
+    """The health body of every feed of ``registry``."""
+    settings = registry.feed_settings
+    store = registry.feed_store
+    feeds = []
+    for feed in registry.feed_definitions.values():
+        item = feed_health(store.db, feed, settings.watermark_seconds,
+                           settings.checkpoint_threshold_seconds)
+        item["path"] = f"{settings.route_prefix}/{feed.path}"
+        registry.feed_verdicts.note(feed.name, item["verdict"], item["reason"])
+        feeds.append(item)
+    status = _worst(item["verdict"] for item in feeds)
+    body: dict[str, Any] = {"status": status, "feeds": feeds}
+    if any(not item["watcher"]["running"] for item in feeds):
+        body["hint"] = HOW_TO_WATCH
+    return body
+
+
+def health_view(request: Request) -> dict[str, Any]:
+    """``GET feed.health_path``: 200 unless a promise is violated (503)."""
+    body = health_report(request.registry)
+    if body["status"] == "violated":
+        request.response.status = 503
+    request.response.headers["Cache-Control"] = "no-store"
+    return body
+
+
+def verdict_line(report: Mapping[str, Any]) -> str:
+    """A short status for terminals: each feed's verdict and lag."""
+    parts = []
+    for item in report.get("feeds", ()):
+        lag = item["lag_ms"]
+        text = f"{item['name']} {item['verdict']}"
+        if lag.get("count"):
+            text += f" (lag p50 {lag['p50']:.0f} / p99 {lag['p99']:.0f} / max {lag['max']:.0f} ms)"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+__all__ = ["LagWindow", "event_lag", "feed_health", "health_report", "health_view", "verdict_line"]

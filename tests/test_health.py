@@ -1,0 +1,130 @@
+"""The health view against the real server: the lag the watermark bets on,
+measured live, and the verdict it gives; a stalled sequencer in commit order."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from webtest import TestApp
+
+from openprocurement_feed import shutdown
+from openprocurement_feed.demo import main
+
+FEED = "/api/2.5/tenders"
+HEALTH = "/api/2.5/feeds/health"
+
+
+def app_with(settings: dict[str, str], **extra: str) -> TestApp:
+    values = dict(settings, **{"feed.watermark_seconds": "1"})
+    values.update({key.replace("_", ".", 1): value for key, value in extra.items()})
+    return TestApp(main({}, **values))
+
+
+def write_concurrently(web: TestApp, count: int) -> None:
+    """``count`` tender creations at once (each held open by the write delay)."""
+    threads = [threading.Thread(target=web.post_json, args=(FEED, {"data": {"title": str(n)}}))
+               for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def health_after(web: TestApp, samples: int, status: int | None = None, timeout: float = 10.0) -> Any:
+    """The health body once the watcher published ``samples`` lags."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = web.get(HEALTH, status="*")
+        feed = response.json["feeds"][0]
+        if feed["lag_ms"]["count"] >= samples or time.monotonic() > deadline:
+            if status is not None:
+                assert response.status_int == status
+            return response
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "delay, verdict, status, low, high",
+    [
+        ("600-900", "at-risk", 200, 550, 1000),
+        ("1200-1500", "violated", 503, 1150, 1600),
+        ("5-40", "ok", 200, 0, 120),
+    ],
+)
+def test_the_verdict_follows_the_measured_lag(
+    settings: dict[str, str], delay: str, verdict: str, status: int, low: float, high: float
+) -> None:
+    web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms=delay)
+    try:
+        time.sleep(0.3)  # the observer's stream is open
+        write_concurrently(web, 4)
+        response = health_after(web, 4, status)
+        body = response.json
+        feed = body["feeds"][0]
+        assert body["status"] == verdict == feed["verdict"], feed["reason"]
+        assert feed["order"] == "watermark" and feed["watermark_seconds"] == 1.0
+        assert feed["watcher"]["running"] is True
+        lag = feed["lag_ms"]
+        assert lag["count"] >= 4 and lag["window_seconds"] == 300.0
+        assert low <= lag["p50"] <= lag["max"] <= high, lag
+    finally:
+        shutdown(web.app.registry)
+
+
+def test_without_a_watcher_the_verdict_is_unknown(settings: dict[str, str]) -> None:
+    web = app_with(settings)
+    try:
+        body = web.get(HEALTH).json
+        assert body["status"] == "unknown"
+        assert body["feeds"][0]["watcher"]["running"] is False
+        assert "openprocurement-feed sequence --observe" in body["hint"]
+    finally:
+        shutdown(web.app.registry)
+
+
+def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: dict[str, str]) -> None:
+    from openprocurement_feed.sequencer import Sequencer
+
+    web = app_with(settings, feed_order="commit", feed_sequencer="thread",
+                   feed_checkpoint_threshold_seconds="2")
+    registry = web.app.registry
+    try:
+        assert registry.feed_sequencer.wait_ready(timeout=30)
+        web.post_json(FEED, {"data": {"title": "first"}})
+        time.sleep(0.5)
+        assert web.get(HEALTH).json["feeds"][0]["verdict"] == "ok"
+        registry.feed_sequencer.stop()
+        stopped = time.monotonic()
+        verdict = "ok"
+        while verdict == "ok" and time.monotonic() - stopped < 10:
+            web.post_json(FEED, {"data": {"title": "while stopped"}})
+            time.sleep(0.25)
+            verdict = web.get(HEALTH).json["feeds"][0]["verdict"]
+        assert verdict == "at-risk"
+        assert time.monotonic() - stopped < 2 + 2.5, "within the threshold (plus a second's rounding)"
+        feed = web.get(HEALTH).json["feeds"][0]
+        assert "is the sequencer running" in feed["reason"]
+        registry.feed_sequencer = Sequencer(registry.feed_store.db, {"tenders": ()}).start()
+        deadline = time.monotonic() + 10
+        while web.get(HEALTH).json["feeds"][0]["verdict"] != "ok" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert web.get(HEALTH).json["feeds"][0]["verdict"] == "ok"
+    finally:
+        shutdown(registry)
+
+
+def test_transitions_are_logged_once(settings: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms="1200-1300")
+    try:
+        time.sleep(0.3)
+        write_concurrently(web, 2)
+        health_after(web, 2)
+        with caplog.at_level("INFO", logger="openprocurement_feed.health"):
+            for _ in range(3):
+                web.get(HEALTH, status=503)
+        errors = [record for record in caplog.records if record.levelname == "ERROR"]
+        assert len(errors) == 1 and "violated" in errors[0].getMessage()
+    finally:
+        shutdown(web.app.registry)
