@@ -354,3 +354,33 @@ def test_sequence_reports_a_bad_setting_in_one_line(tmp_path: Path, capsys: pyte
     assert "feed.order" in err and "sideways" in err and "watermark, commit" in err
     assert "Traceback" not in err
     assert os.environ.get("FEED_SEQUENCER") is None, "the command leaves the environment as it was"
+
+
+def test_sequence_observe_measures_a_watermark_feed_and_writes_no_positions(
+    store: FeedStore, mongodb_uri: str, db_name: str, tmp_path: Path
+) -> None:
+    from openprocurement_feed.health import HEALTH_COLLECTION
+
+    ini = tmp_path / "app.ini"
+    ini.write_text("[app:main]\nuse = egg:openprocurement_feed#demo\n"
+                   f"mongodb.uri = {mongodb_uri}\nmongodb.db_name = {db_name}\n")
+    process = start_sequence(ini, "--observe")
+    try:
+        deadline = time.monotonic() + 20
+        while store.db[HEALTH_COLLECTION].find_one({"_id": "tenders"}) is None:
+            assert time.monotonic() < deadline, "the observer published nothing"
+            time.sleep(0.1)
+        put(store, 5)
+        deadline = time.monotonic() + 10
+        while (store.db[HEALTH_COLLECTION].find_one({"_id": "tenders"}) or {})["lag_ms"]["count"] < 5:
+            assert time.monotonic() < deadline, "the observer did not measure the writes"
+            time.sleep(0.1)
+        health = store.db[HEALTH_COLLECTION].find_one({"_id": "tenders"})
+        time.sleep(0.6)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert health["role"] == "observer" and 0 <= health["lag_ms"]["max"] < 1000
+    assert "tenders (observed)" in err and "start-to-commit lag" in err
+    assert positions_name("tenders") not in store.db.list_collection_names()

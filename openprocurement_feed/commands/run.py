@@ -20,6 +20,7 @@ from .options import (
     delay_range,
     non_negative_float,
     port_number,
+    positive_float,
     positive_int,
     watermark_seconds,
 )
@@ -53,6 +54,10 @@ def add_parser(subparsers: Any) -> None:
         help="ms a write stays open after its stamp: 0, 20 or a range 5-40 (default: %(default)s)",
     )
     parser.add_argument(
+        "--status-every", type=positive_float, default=30.0, metavar="S",
+        help="seconds between two status lines (default: %(default)s)",
+    )
+    parser.add_argument(
         "--data-dir", default=None,
         help="keep the database in this folder (default: a throwaway folder)",
     )
@@ -76,9 +81,14 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def status_line(elapsed: float, writer: Any, sequencer: Any) -> str:
-    """The periodic status: patches written and the sequencer's progress."""
+def status_line(elapsed: float, writer: Any, sequencer: Any, registry: Any = None) -> str:
+    """The periodic status: patches written, the sequencer's progress and
+    each feed's verdict with its measured lag (the health view's figures)."""
     parts = [f"[{elapsed:6.0f} s]"]
+    if registry is not None:
+        from ..health import health_report, verdict_line
+
+        parts.append("health: " + verdict_line(health_report(registry)))
     if writer is not None:
         parts.append(f"{writer.stats.patches} patches written")
     if sequencer is not None:
@@ -90,7 +100,7 @@ def status_line(elapsed: float, writer: Any, sequencer: Any) -> str:
                 + (f"{time.time() - stats.checkpoint.time:.0f} s old" if stats.checkpoint else "none yet")
                 + (f", commit-to-checkpoint median {delay:.0f} ms" if delay is not None else "")
             )
-    return "; ".join(parts)
+    return parts[0] + " " + "; ".join(parts[1:])
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -122,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             f"\nDemo API:  {api}/tenders  (POST to create, PATCH {{id}} to change)\n"
             f"Live feed ({args.order} order): {api}/tenders?descending=1\n"
             f"Same tenders ({other} order): {api}/tenders-{other}?descending=1\n"
+            f"Health: {server.url}{server.registry.feed_settings.health_path}\n"
             f"Watermark: {args.watermark:g} s; background writer: {args.rate:g} patches/s\n"
             "Press Ctrl-C to stop.\n",
             flush=True,
@@ -135,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
             writer.start()
         started = time.monotonic()
         stop = threading.Event()
-        while not stop.wait(30):
-            print(status_line(time.monotonic() - started, writer, sequencer), file=sys.stderr)
+        while not stop.wait(args.status_every):
+            print(status_line(time.monotonic() - started, writer, sequencer, server.registry),
+                  file=sys.stderr)
     except KeyboardInterrupt:
         print("\nStopping...", file=sys.stderr)
     finally:

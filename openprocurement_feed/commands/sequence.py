@@ -3,7 +3,9 @@
 Loads the application from CONFIG.ini (its ``[app:main]`` section, as
 ``pserve`` does) to learn its commit-ordered feeds, then follows the change
 stream of each of their collections, giving every committed change its
-position (SPEC D). Any number of sequencers may run at once. A progress line
+position (SPEC D). With --observe it also follows the watermark-ordered
+feeds' collections without writing anything but figures: every write's
+start-to-commit lag, published for the health view. Any number of sequencers may run at once. A progress line
 every few seconds shows events/s, entries stamped and the checkpoint's lag;
 SIGINT or SIGTERM stop it after the current batch, its resume token and
 checkpoint saved, with a summary line.
@@ -47,6 +49,9 @@ def add_parser(subparsers: Any) -> None:
                         help="seconds between two progress lines (default: %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, default=1000, metavar="N",
                         help="most change events written in one bulk write (default: %(default)s)")
+    parser.add_argument("--observe", action="store_true",
+                        help="also follow the watermark-ordered feeds' collections, observe-only: "
+                             "measure each write's start-to-commit lag for the health view")
     parser.add_argument("--for", dest="run_for", type=positive_float, default=None, metavar="S",
                         help="stop by itself after S seconds (default: run until stopped)")
     parser.set_defaults(func=run)
@@ -90,9 +95,13 @@ def progress_line(elapsed: float, followers: list[Any], previous: dict[str, int]
         stats = follower.stats
         rate = (stats.events - previous.get(follower.name, 0)) / max(elapsed, 1e-9)
         previous[follower.name] = stats.events
-        parts.append(
-            f"{follower.name}: {rate:.1f} events/s, {stats.stamped} stamped, {_lag(stats)}"
-        )
+        lag = follower.window.summary()
+        text = f"{follower.name}: {rate:.1f} events/s"
+        if not follower.observe:
+            text += f", {stats.stamped} stamped, {_lag(stats)}"
+        if lag["count"]:
+            text += f", start-to-commit lag p50 {lag['p50']:.0f} / max {lag['max']:.0f} ms"
+        parts.append(text)
     return "; ".join(parts)
 
 
@@ -113,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from pymongo.errors import PyMongoError
     from pyramid.exceptions import ConfigurationError
 
-    from .. import commit_collections, shutdown
+    from .. import commit_collections, shutdown, watermark_collections
     from ..sequencer import Sequencer
 
     try:
@@ -123,11 +132,13 @@ def run(args: argparse.Namespace) -> int:
     except (LookupError, ValueError, ImportError) as error:
         raise CommandError(f"{args.config}: cannot load the application: {error}") from None
     collections = commit_collections(registry)
-    if not collections:
+    observed = watermark_collections(registry) if args.observe else []
+    if not collections and not observed:
         shutdown(registry)
         raise CommandError(
             f"{args.config}: the application has no commit-ordered feed "
-            "(set feed.order = commit, or add_feed(..., order='commit'))"
+            "(set feed.order = commit, or add_feed(..., order='commit')); "
+            "--observe follows watermark feeds to measure their lag"
         )
     stopping = threading.Event()
 
@@ -136,8 +147,13 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    sequencer = Sequencer(registry.feed_store.db, collections, batch_size=args.batch_size)
-    names = ", ".join(sorted(collections))
+    sequencer = Sequencer(
+        registry.feed_store.db, collections, observed=observed, batch_size=args.batch_size,
+        lag_window_seconds=registry.feed_settings.lag_window_seconds,
+        metrics=getattr(registry, "feed_metrics", None),
+    )
+    names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed
+                                             if name not in collections])
     print(f"Sequencing {names} of database {registry.feed_store.db.name}", file=sys.stderr, flush=True)
     started = time.monotonic()
     previous: dict[str, int] = {}
