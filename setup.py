@@ -12,7 +12,7 @@ def read(name: str) -> str:
 
 
 EMBEDDED = ["secantusdb>=0.7.0b3", "waitress>=2.1"]
-CLIENT = ["requests>=2.31", "tenacity>=8.2", "tqdm>=4.66"]
+CLIENT = ["requests>=2.31", "tenacity>=8.2", "tqdm>=4.66", "rich>=13"]
 DOCS = ["sphinx>=7"]
 TEST = [
     "build>=1.0",

@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 #: Subcommand modules under openprocurement_feed.commands, in --help order.
-COMMANDS = ("run", "sequence", "race", "check", "sync", "explain")
+COMMANDS = ("run", "sequence", "race", "check", "monitor", "sync", "explain")
 
 
 class CommandError(Exception):
