@@ -14,13 +14,14 @@ def read(name: str) -> str:
 EMBEDDED = ["secantusdb>=0.7.0b3", "waitress>=2.1"]
 CLIENT = ["requests>=2.31", "tenacity>=8.2", "tqdm>=4.66", "rich>=13"]
 DOCS = ["sphinx>=7"]
+METRICS = ["prometheus_client>=0.17"]
 TEST = [
     "build>=1.0",
     "pytest>=7.4",
     "pytest-timeout>=2.2",
     "webtest>=3.0",
     "hypothesis>=6.90",
-] + EMBEDDED + CLIENT + DOCS
+] + EMBEDDED + CLIENT + DOCS + METRICS
 
 setup(
     name="openprocurement_feed",
@@ -50,6 +51,7 @@ setup(
         "embedded": EMBEDDED,
         "client": CLIENT,
         "docs": DOCS,
+        "metrics": METRICS,
         "test": TEST,
     },
     entry_points={

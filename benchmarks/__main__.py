@@ -5,9 +5,10 @@ query plan of every feed query shape), ``codec`` (offset parse/compose
 throughput), ``sync`` (a full sync by the reference crawler), ``sequencer``
 (the commit-ordered feed: sequencer throughput and catch-up, commit-to-visible
 delay beside the watermark's, a commit page's cost beside a watermark page's),
+``metrics`` (a feed page with the Prometheus metrics on against off),
 ``load`` (sustained load: crawlers and writers at once). Without a part,
-``cost``, ``plans``, ``codec``, ``sync`` and ``sequencer`` run (``make
-bench``); ``make load`` runs ``load``.
+``cost``, ``plans``, ``codec``, ``sync``, ``sequencer`` and ``metrics`` run
+(``make bench``); ``make load`` runs ``load``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
-PARTS = ("cost", "plans", "codec", "sync", "sequencer")
+PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics")
 
 
 def document_count(value: str) -> int:
@@ -37,11 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load",), default="all",
                         help="what to measure (default: every part but load)")
     parser.add_argument("--docs", type=document_count, default=3000,
-                        help="sample tenders for cost, plans, sync and the sequencer's page "
-                             "cost (default: %(default)s)")
-    parser.add_argument("--repeat", type=positive_int, default=30,
-                        help="timed runs per way and page size for cost and the sequencer's "
+                        help="sample tenders for cost, plans, sync, metrics and the sequencer's "
                              "page cost (default: %(default)s)")
+    parser.add_argument("--repeat", type=positive_int, default=30,
+                        help="timed runs per way and page size for cost, metrics (batches) and "
+                             "the sequencer's page cost (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="cost: also print a cProfile of the in-process requests")
     sequencer = parser.add_argument_group("sequencer")
@@ -92,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sequencer.run(seconds=args.write_seconds, catch_up_count=args.catch_up,
                           rate=args.delay_rate, docs=args.docs, repeat=args.repeat)
+        elif part == "metrics":
+            from . import metrics_cost
+
+            metrics_cost.run(docs=args.docs, repeat=args.repeat)
         else:
             from . import codec
 

@@ -13,6 +13,9 @@
   commit-ordered feed has no checkpoint yet;
 * the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
   measured start-to-commit lag, the checkpoint and a verdict;
+* with ``feed.metrics_path`` set, ``registry.feed_metrics``, the Prometheus
+  metrics view at that path and the tween that counts feed pages
+  (:mod:`.metrics`, the ``metrics`` extra); nothing when it is empty;
 * with ``feed.sequencer = thread``, ``registry.feed_sequencer``: a
   :class:`~.sequencer.Sequencer` following the collections of every
   commit-ordered feed and observing those of the other feeds, started when
@@ -138,6 +141,14 @@ def includeme(config: Configurator) -> None:
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    # Prometheus metrics (.metrics): with feed.metrics_path set,
+    # registry.feed_metrics, the metrics view and the feed tween; before the
+    # database starts, so a missing prometheus_client fails start-up cleanly.
+    registry.feed_metrics = None
+    if settings.metrics_path:
+        from .metrics import include_metrics
+
+        include_metrics(config, settings.metrics_path, settings.metrics_permission)
     uri = settings.uri
     registry.feed_embedded = None
     if settings.embedded:

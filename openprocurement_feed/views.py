@@ -21,7 +21,15 @@ from .orders import COMMIT, COMMITTED_TS, HIDDEN, ORDERS, PUBLIC_MODIFIED, FeedO
 from .params import FeedParams, ParamError, parse_params
 
 DISCRIMINATOR = "openprocurement_feed.feed"
+#: The ``request.environ`` key where the feed view leaves the number of items
+#: of the page it rendered (read by the metrics tween, :mod:`.metrics`).
+ITEMS_KEY = "openprocurement_feed.items"
 log = logging.getLogger(__name__)
+
+
+def feed_route_name(name: str) -> str:
+    """The route (and cornice service) name of feed ``name``."""
+    return f"openprocurement_feed.{name}"
 
 
 @dataclass(frozen=True)
@@ -155,7 +163,9 @@ def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
             filters=filters,
             order=feed.order,
         )
-        return render_page(request, feed, params, rows, store.feed_order(feed.order))
+        body = render_page(request, feed, params, rows, store.feed_order(feed.order))
+        request.environ[ITEMS_KEY] = len(body["data"])
+        return body
 
     return view
 
@@ -211,7 +221,7 @@ def add_feed(
         order=order,
     )
     service = Service(
-        name=f"openprocurement_feed.{name}",
+        name=feed_route_name(name),
         path=f"{settings.route_prefix}/{feed.path}",
         description=f"The {name} feed",
     )

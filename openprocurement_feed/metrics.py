@@ -1,0 +1,351 @@
+"""Prometheus metrics of the feeds (the optional ``metrics`` extra).
+
+With ``feed.metrics_path`` set, :func:`include_metrics` (called by the
+include) registers:
+
+* ``registry.feed_metrics`` — a :class:`FeedMetrics`, the app's metrics (its
+  own ``CollectorRegistry``, or the files of ``PROMETHEUS_MULTIPROC_DIR`` in
+  multi-process mode); other parts of the app feed it through
+  :meth:`FeedMetrics.observe_lag`, :meth:`FeedMetrics.set_checkpoint_age` and
+  the scrape hooks;
+* the route ``openprocurement_feed.metrics`` at ``feed.metrics_path``, whose
+  view answers the Prometheus text format (permission
+  ``feed.metrics_permission`` when set);
+* the tween :func:`metrics_tween_factory`, just over Pyramid's exception view
+  tween, which counts and times every feed request.
+
+With ``feed.metrics_path`` empty the include registers none of this (and
+``registry.feed_metrics`` is None): metrics cost nothing. ``prometheus_client``
+is imported only here, when the metrics are on; without it start-up fails with
+a :class:`~pyramid.exceptions.ConfigurationError`.
+
+Multi-process mode (gunicorn-style workers) follows prometheus_client: set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the processes start;
+every process writes its values to files there and a scrape of any worker
+aggregates them. Counters and histograms add up; the checkpoint-age gauge
+reports the most recently set value. Values computed at scrape time by the
+scrape hooks come from shared state (the database), so every worker reports
+them alike.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from pyramid.config import Configurator
+from pyramid.exceptions import ConfigurationError
+from pyramid.request import Request
+from pyramid.response import Response
+from pyramid.tweens import EXCVIEW
+
+from .views import ITEMS_KEY, feed_route_name
+
+log = logging.getLogger(__name__)
+
+PAGES = "openprocurement_feed_pages_total"
+ITEMS = "openprocurement_feed_items_total"
+PAGE_SECONDS = "openprocurement_feed_page_seconds"
+COMMIT_LAG = "openprocurement_feed_commit_lag_seconds"
+CHECKPOINT_AGE = "openprocurement_feed_checkpoint_age_seconds"
+LAG_WINDOW = "openprocurement_feed_lag_window_seconds"
+
+#: Page latency buckets: 1 ms to 5 s.
+PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: Start-to-commit lag buckets: 1 ms to 10 s.
+LAG_BUCKETS = PAGE_BUCKETS + (10.0,)
+#: The environment variable of prometheus_client's multi-process mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+ROUTE_NAME = "openprocurement_feed.metrics"
+INSTALL_HINT = "pip install 'openprocurement_feed[metrics]'"
+
+#: A scrape hook: the checkpoint age of each collection, in seconds.
+AgeHook = Callable[[], Mapping[str, float | None]]
+#: A lag-window hook: per collection, ``{"p50": s, "p99": s, "max": s}``.
+WindowHook = Callable[[], Mapping[str, Mapping[str, float | None]]]
+
+
+def quantile_label(key: str) -> str | None:
+    """The ``quantile`` label of a lag-window key: ``p50`` → ``0.5``,
+    ``p99`` → ``0.99``, ``max`` → ``1``; None for anything else."""
+    if key == "max":
+        return "1"
+    if key.startswith("p"):
+        try:
+            number = float(key[1:])
+        except ValueError:
+            return None
+        if 0 <= number <= 100:
+            return f"{number / 100:g}"
+    return None
+
+
+class FeedMetrics:
+    """The metrics of one app, kept on its registry as ``registry.feed_metrics``.
+
+    :param multiprocess_dir: the ``PROMETHEUS_MULTIPROC_DIR`` of
+        prometheus_client's multi-process mode, or None for a registry of
+        this process only. :meth:`from_environ` picks it from the environment.
+
+    :attr:`registry` is what a scrape reads (``generate_latest(registry)``).
+    Every instance owns its metrics, so several apps in one process (tests)
+    never collide; in multi-process mode the values of the whole process go
+    to the same files, as prometheus_client does.
+    """
+
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import values
+
+        self.multiprocess_dir = multiprocess_dir or None
+        if self.multiprocess_dir is not None:
+            if not getattr(values.ValueClass, "_multiprocess", False):
+                raise ConfigurationError(
+                    f"{MULTIPROC_ENV} is set to {multiprocess_dir!r} but prometheus_client "
+                    "was imported before it was: set it before the process starts."
+                )
+            if not os.path.isdir(self.multiprocess_dir):
+                raise ConfigurationError(
+                    f"{MULTIPROC_ENV} is {multiprocess_dir!r}, which is not a directory."
+                )
+        # In multi-process mode the values live in files and the metric
+        # objects belong to no registry; the scrape reads the files.
+        own = CollectorRegistry() if self.multiprocess_dir is None else None
+        self.pages = Counter(
+            PAGES, "Feed pages answered, by HTTP status.", ["feed", "status"], registry=own
+        )
+        self.items = Counter(ITEMS, "Items served in feed pages.", ["feed"], registry=own)
+        self.page_seconds = Histogram(
+            PAGE_SECONDS, "Feed page latency in seconds.", ["feed"],
+            buckets=PAGE_BUCKETS, registry=own,
+        )
+        self.commit_lag = Histogram(
+            COMMIT_LAG,
+            "Start-to-commit lag of writes: a change event's wallTime minus the "
+            "document's public_modified, in seconds.",
+            ["collection"], buckets=LAG_BUCKETS, registry=own,
+        )
+        self.checkpoint_age = Gauge(
+            CHECKPOINT_AGE, "Age of a commit-ordered feed's checkpoint in seconds.",
+            ["collection"], multiprocess_mode="mostrecent", registry=own,
+        )
+        if own is not None:
+            self._source: Any = own
+        else:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            self._source = MultiProcessCollector(None, path=self.multiprocess_dir)
+        self._age_hooks: list[AgeHook] = []
+        self._window_hooks: list[WindowHook] = []
+        # Label children cached per label values: ``labels()`` validates and
+        # locks on every call, a dictionary hit does not.
+        self._page_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._lag_children: dict[str, Any] = {}
+        self.registry = CollectorRegistry()
+        self.registry.register(_ScrapeCollector(self))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> "FeedMetrics":
+        """Metrics in multi-process mode when ``PROMETHEUS_MULTIPROC_DIR`` is set."""
+        return cls(environ.get(MULTIPROC_ENV) or None)
+
+    @property
+    def multiprocess(self) -> bool:
+        """True when values are written to ``PROMETHEUS_MULTIPROC_DIR``."""
+        return self.multiprocess_dir is not None
+
+    def observe_page(self, feed: str, status: int, seconds: float, items: int = 0) -> None:
+        """Count one feed page with its final HTTP status, time it, and count
+        its items (for a 200)."""
+        key = (feed, str(status))
+        children = self._page_children.get(key)
+        if children is None:
+            children = (
+                self.pages.labels(feed, key[1]),
+                self.page_seconds.labels(feed),
+                self.items.labels(feed),
+            )
+            self._page_children[key] = children
+        pages, latency, served = children
+        pages.inc()
+        latency.observe(seconds)
+        if items:
+            served.inc(items)
+
+    def observe_lag(self, collection: str, seconds: float) -> None:
+        """Record the start-to-commit lag of one write to ``collection``.
+
+        A change event's ``wallTime`` has millisecond resolution, so a lag
+        can come out a little below zero: it is recorded as 0, which keeps
+        the histogram's sum monotonic.
+        """
+        child = self._lag_children.get(collection)
+        if child is None:
+            child = self._lag_children[collection] = self.commit_lag.labels(collection)
+        child.observe(max(0.0, seconds))
+
+    def set_checkpoint_age(self, collection: str, seconds: float) -> None:
+        """Set the checkpoint age of ``collection`` (a scrape hook's value for
+        the same collection, computed later, wins)."""
+        self.checkpoint_age.labels(collection).set(seconds)
+
+    def add_scrape_hook(self, hook: AgeHook) -> None:
+        """Call ``hook()`` at every scrape for ``{collection: age_seconds}``:
+        the checkpoint ages, read from shared state so every worker reports
+        them. A hook that raises is logged and skipped; None values are left
+        out."""
+        self._age_hooks.append(hook)
+
+    def add_lag_window_hook(self, hook: WindowHook) -> None:
+        """Call ``hook()`` at every scrape for ``{collection: {"p50": s,
+        "p99": s, "max": s}}``, reported as
+        ``openprocurement_feed_lag_window_seconds{collection, quantile}``
+        with ``quantile`` 0.5, 0.99 and 1 (the maximum)."""
+        self._window_hooks.append(hook)
+
+    def generate(self) -> bytes:
+        """The Prometheus text exposition of these metrics."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+    def _call_hooks(self, hooks: Iterable[Callable[[], Mapping[str, Any]]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for hook in hooks:
+            try:
+                found.update(hook())
+            except Exception as error:  # a scrape must not fail for one hook
+                log.warning("Metrics scrape hook %r failed: %s", hook, error)
+        return found
+
+
+class _ScrapeCollector:
+    """The custom collector a scrape reads: the stored values (this process's
+    registry or the multi-process files) with the scrape hooks' values merged
+    in, so that each metric name appears once."""
+
+    def __init__(self, metrics: FeedMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []  # computed at scrape time; nothing to check at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        metrics = self.metrics
+        ages = {
+            collection: float(age)
+            for collection, age in metrics._call_hooks(metrics._age_hooks).items()
+            if age is not None
+        }
+        merged = False
+        for family in metrics._source.collect():
+            if family.name == CHECKPOINT_AGE and ages:
+                yield self._ages_family(family.samples, ages)
+                merged = True
+            else:
+                yield family
+        if ages and not merged:
+            yield self._ages_family((), ages)
+        windows = metrics._call_hooks(metrics._window_hooks)
+        if windows:
+            family = GaugeMetricFamily(
+                LAG_WINDOW, "Start-to-commit lag over the recent window, in seconds.",
+                labels=["collection", "quantile"],
+            )
+            for collection, quantiles in windows.items():
+                for key, seconds in (quantiles or {}).items():
+                    label = quantile_label(key)
+                    if label is not None and seconds is not None:
+                        family.add_metric([collection, label], float(seconds))
+            yield family
+
+    @staticmethod
+    def _ages_family(samples: Iterable[Any], ages: Mapping[str, float]) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily(
+            CHECKPOINT_AGE, "Age of a commit-ordered feed's checkpoint in seconds.",
+            labels=["collection"],
+        )
+        for sample in samples:
+            collection = sample.labels.get("collection", "")
+            if collection not in ages:
+                family.add_metric([collection], sample.value)
+        for collection, age in sorted(ages.items()):
+            family.add_metric([collection], age)
+        return family
+
+
+def metrics_tween_factory(handler: Callable[[Request], Response], registry: Any) -> Callable[[Request], Response]:
+    """The tween that counts and times feed requests.
+
+    A tween rather than a wrapper of the feed view: placed over the
+    exception view tween, it sees the final response of every feed request,
+    the cornice 400/404 answers of the validator (which never reach the
+    view) and the 503s that exception views render, with the routing and
+    rendering time included. It knows a feed request by its matched route
+    after the handler returns, so any other request costs one clock read and
+    one dictionary miss, and is not counted.
+    """
+    metrics: FeedMetrics = registry.feed_metrics
+    routes = {feed_route_name(name): name for name in registry.feed_definitions}
+    clock = time.perf_counter
+
+    def feed_of(request: Request) -> str | None:
+        route = request.matched_route
+        return routes.get(route.name) if route is not None else None
+
+    def tween(request: Request) -> Response:
+        started = clock()
+        try:
+            response = handler(request)
+        except Exception:  # no exception view answered it: the server says 500
+            feed = feed_of(request)
+            if feed is not None:
+                metrics.observe_page(feed, 500, clock() - started)
+            raise
+        feed = feed_of(request)
+        if feed is not None:
+            status = response.status_int
+            items = request.environ.get(ITEMS_KEY, 0) if status == 200 else 0
+            metrics.observe_page(feed, status, clock() - started, items)
+        return response
+
+    return tween
+
+
+def metrics_view(request: Request) -> Response:
+    """The Prometheus text exposition of the app's metrics."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    response = Response(body=request.registry.feed_metrics.generate())
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    response.cache_control = "no-store"
+    return response
+
+
+def require_prometheus_client(setting: str = "feed.metrics_path") -> None:
+    """Fail with a ConfigurationError naming ``setting`` and the extra to
+    install when prometheus_client cannot be imported."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as error:
+        raise ConfigurationError(
+            f"The setting {setting!r} turns the Prometheus metrics on, but "
+            f"prometheus_client is not installed ({error}): {INSTALL_HINT}"
+        ) from None
+
+
+def include_metrics(config: Configurator, path: str, permission: str | None = None) -> FeedMetrics:
+    """Register ``registry.feed_metrics``, the metrics route and view at
+    ``path`` (with ``permission``) and the feed tween; return the metrics."""
+    require_prometheus_client()
+    metrics = FeedMetrics.from_environ(os.environ)
+    config.registry.feed_metrics = metrics
+    config.add_route(ROUTE_NAME, path)
+    config.add_view(metrics_view, route_name=ROUTE_NAME, request_method="GET", permission=permission)
+    config.add_tween("openprocurement_feed.metrics.metrics_tween_factory", over=EXCVIEW)
+    return metrics
