@@ -37,7 +37,7 @@ from .errors import (
     query_timeout_view,
 )
 from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
-from .health import VerdictLog, health_view
+from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
 from .views import FeedDefinition, add_feed
@@ -148,7 +148,9 @@ def includeme(config: Configurator) -> None:
     if settings.metrics_path:
         from .metrics import include_metrics
 
-        include_metrics(config, settings.metrics_path, settings.metrics_permission)
+        metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
+        metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
+        metrics.add_lag_window_hook(lambda: lag_windows(registry))
     uri = settings.uri
     registry.feed_embedded = None
     if settings.embedded:

@@ -201,6 +201,34 @@ class VerdictLog:
             log.info("Feed %r: %s again: %s", name, verdict, reason)
 
 
+def _feed_collections(registry: Any, commit_only: bool = False) -> list[str]:
+    feeds = getattr(registry, "feed_definitions", {}).values()
+    return list(dict.fromkeys(feed.collection for feed in feeds
+                              if not commit_only or feed.order == COMMIT))
+
+
+def checkpoint_ages(registry: Any) -> dict[str, float]:
+    """Metrics scrape hook: each commit-ordered collection's checkpoint age (s)."""
+    db = registry.feed_store.db
+    ages = {}
+    for name in _feed_collections(registry, commit_only=True):
+        state = db[positions_name(name)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
+        if isinstance(state.get("checkpoint"), Timestamp):
+            ages[name] = max(0.0, time.time() - state["checkpoint"].time)
+    return ages
+
+
+def lag_windows(registry: Any) -> dict[str, dict[str, float]]:
+    """Metrics scrape hook: each followed collection's lag window (s)."""
+    db = registry.feed_store.db
+    windows = {}
+    for document in db[HEALTH_COLLECTION].find({"_id": {"$in": _feed_collections(registry)}}):
+        lag = document.get("lag_ms") or {}
+        if lag.get("count"):
+            windows[document["_id"]] = {key: lag[key] / 1000.0 for key in ("p50", "p99", "max")}
+    return windows
+
+
 def health_report(registry: Any) -> dict[str, Any]:
     """The health body of every feed of ``registry``."""
     settings = registry.feed_settings

@@ -128,3 +128,24 @@ def test_transitions_are_logged_once(settings: dict[str, str], caplog: pytest.Lo
         assert len(errors) == 1 and "violated" in errors[0].getMessage()
     finally:
         shutdown(web.app.registry)
+
+
+def test_the_metrics_report_the_lag_window_and_the_checkpoint_age(settings: dict[str, str]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    web = app_with(settings, feed_order="commit", feed_sequencer="thread", feed_metrics_path="/metrics")
+    try:
+        assert web.app.registry.feed_sequencer.wait_ready(timeout=30)
+        web.post_json(FEED, {"data": {"title": "measured"}})
+        health_after(web, 1)
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(web.get("/metrics").text)
+            for sample in family.samples
+        }
+        assert ("openprocurement_feed_checkpoint_age_seconds", (("collection", "tenders"),)) in samples
+        assert any(name == "openprocurement_feed_lag_window_seconds" for name, _ in samples)
+        lag_count = samples[("openprocurement_feed_commit_lag_seconds_count", (("collection", "tenders"),))]
+        assert lag_count >= 1, "the in-process sequencer observed the write's lag"
+    finally:
+        shutdown(web.app.registry)

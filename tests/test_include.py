@@ -177,7 +177,8 @@ def test_a_bad_feed_order_is_a_configuration_error(settings: dict[str, str]) -> 
 
 def test_per_feed_order_and_the_thread_sequencer(settings: dict[str, str]) -> None:
     """A watermark deployment can serve one feed in commit order; the thread
-    sequencer follows exactly the commit-ordered feeds' collections."""
+    sequencer sequences exactly the commit-ordered feeds' collections and
+    observes the others'."""
     from openprocurement_feed import commit_collections, shutdown
 
     config = Configurator(settings=dict(settings, **{"feed.sequencer": "thread"}))
@@ -190,7 +191,7 @@ def test_per_feed_order_and_the_thread_sequencer(settings: dict[str, str]) -> No
     try:
         assert commit_collections(app.registry) == {"plans": ("frameworkID",)}
         sequencer = app.registry.feed_sequencer
-        assert [follower.name for follower in sequencer.followers] == ["plans"]
+        assert [(f.name, f.observe) for f in sequencer.followers] == [("plans", False), ("tenders", True)]
         assert sequencer.followers[0].scope_fields == ("frameworkID",)
         assert sequencer.wait_ready(timeout=30)
         web = TestApp(app)
