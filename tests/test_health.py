@@ -149,3 +149,32 @@ def test_the_metrics_report_the_lag_window_and_the_checkpoint_age(settings: dict
         assert lag_count >= 1, "the in-process sequencer observed the write's lag"
     finally:
         shutdown(web.app.registry)
+
+
+def test_monitor_check_reads_the_real_health_view(settings: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``monitor --check`` against the app's own health view over HTTP:
+    unknown without a watcher (1), at-risk under slow commits (1), ok (0)."""
+    from openprocurement_feed.cli import main as cli_main
+    from openprocurement_feed.demo.server import DemoServer
+
+    values = dict(settings, **{"feed.watermark_seconds": "1"})
+    with DemoServer(values) as server:
+        assert cli_main(["monitor", server.api_url, "--check"]) == 1
+        assert capsys.readouterr().out.startswith("unknown: tenders unknown")
+    values.update({"feed.sequencer": "observe", "demo.write_delay_ms": "600-700"})
+    with DemoServer(values) as server:
+        web = TestApp(server.app)
+        time.sleep(0.3)
+        write_concurrently(web, 3)
+        health_after(web, 3)
+        assert cli_main(["monitor", server.api_url, "--check"]) == 1
+        assert capsys.readouterr().out.startswith("at-risk: tenders at-risk")
+    values.update({"demo.write_delay_ms": "0"})  # a new observer: a window of its own
+    with DemoServer(values) as server:
+        web = TestApp(server.app)
+        time.sleep(0.3)
+        write_concurrently(web, 3)
+        health_after(web, 3)
+        assert cli_main(["monitor", server.api_url, "--check"]) == 0
+        assert capsys.readouterr().out.startswith("ok: tenders ok")
