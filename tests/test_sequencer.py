@@ -21,6 +21,7 @@ from pymongo import MongoClient
 from conftest import wait_sequenced
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.database import FeedStore
+from openprocurement_feed.offset import Offset, ids_digest
 from openprocurement_feed.orders import STATE_ID, positions_name
 from openprocurement_feed.sequencer import (
     CollectionSequencer,
@@ -52,16 +53,9 @@ def crawl_ids(store: FeedStore, limit: int = 50) -> list[str]:
         if not rows:
             return ids
         ids.extend(row["_id"] for row in rows if "_feed_hidden" not in row)
-        last = rows[-1]
-        from openprocurement_feed.offset import Offset
-
-        offset = Offset(last["committed_ts"], sum(r["committed_ts"] == last["committed_ts"] for r in rows),
-                        "", "committed_ts")
-        from openprocurement_feed.offset import ids_digest
-
-        offset = Offset(offset.value, offset.count,
-                        ids_digest([r["_id"] for r in rows if r["committed_ts"] == last["committed_ts"]]),
-                        "committed_ts")
+        last = rows[-1]["committed_ts"]
+        group = [row["_id"] for row in rows if row["committed_ts"] == last]
+        offset = Offset(last, len(group), ids_digest(group), "committed_ts")
 
 
 @pytest.fixture
