@@ -210,11 +210,6 @@ class FeedStoreMixin:
         direction = DESCENDING if descending else ASCENDING
         return query, [(offset_field, direction), ("_id", direction)]
 
-    def _reader(self, order: FeedOrder, collection: Collection, key: str) -> Any:
-        if isinstance(order, WatermarkOrder):
-            return order.reader(collection, self.max_time_ms, key=key)
-        return order.reader(collection, self.max_time_ms)
-
     def list(
         self,
         collection: Collection,
@@ -240,7 +235,7 @@ class FeedStoreMixin:
         """
         fields = list(fields)
         feed_order = self.feed_order(order)
-        with self._reader(feed_order, collection, offset_field) as reader:
+        with feed_order.reader(collection, self.max_time_ms, key=offset_field) as reader:
             rows = self._rows(
                 reader, fields, inclusive_filter=inclusive_filter, offset_value=offset_value,
                 mode=mode, descending=descending, limit=limit, filters=filters,
@@ -314,7 +309,7 @@ class FeedStoreMixin:
         if offset is not None:
             offset = feed_order.convert(offset, descending)
         key = offset.field if offset is not None else feed_order.key
-        with self._reader(feed_order, collection, key) as reader:
+        with feed_order.reader(collection, self.max_time_ms, key=key) as reader:
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
             page = reader.finish(rows, fields)
             for _ in range(MAX_HIDDEN_ROUNDS):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
@@ -216,11 +216,11 @@ class FeedOrder:
         read a safe margin earlier, in the direction of travel)."""
         return offset
 
-    @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0) -> Iterator[PageReader]:
-        """A :class:`PageReader` for one page of ``collection``."""
+    def reader(self, collection: Collection, max_time_ms: int = 0,
+               key: str | None = None) -> ContextManager[PageReader]:
+        """A :class:`PageReader` for one page of ``collection``; ``key`` is
+        the offset's field where an order reads more than one."""
         raise NotImplementedError
-        yield  # pragma: no cover
 
 
 class WatermarkOrder(FeedOrder):
@@ -248,8 +248,9 @@ class WatermarkOrder(FeedOrder):
 
     @contextmanager
     def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str = PUBLIC_MODIFIED) -> Iterator[PageReader]:
-        yield WatermarkReader(collection, self.watermark_seconds, key, max_time_ms)
+               key: str | None = None) -> Iterator[PageReader]:
+        yield WatermarkReader(collection, self.watermark_seconds, key or PUBLIC_MODIFIED,
+                              max_time_ms)
 
 
 class CommitOrder(FeedOrder):
@@ -276,6 +277,7 @@ class CommitOrder(FeedOrder):
         return Offset(Timestamp(int(moment), 0), field=COMMITTED_TS)
 
     @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0) -> Iterator[PageReader]:
+    def reader(self, collection: Collection, max_time_ms: int = 0,
+               key: str | None = None) -> Iterator[PageReader]:
         with collection.database.client.start_session(causal_consistency=True) as session:
             yield CommitReader(collection, session, max_time_ms)
