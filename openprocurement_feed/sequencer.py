@@ -491,7 +491,9 @@ class CollectionSequencer:
                 )
         last = events[-1]["clusterTime"]
         checkpoint = last if caught_up else predecessor(last)
-        state = self.state_update(stream.resume_token, last, checkpoint)
+        # The last handled event's own token, not the stream's post-batch
+        # token: a restart resumes exactly after what was written.
+        state = self.state_update(events[-1]["_id"], last, checkpoint)
         stamped = self.write(self.entries_of(events), state)
         self.published(checkpoint)
         stats = self.stats
