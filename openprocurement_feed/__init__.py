@@ -3,11 +3,14 @@
 ``config.include("openprocurement_feed")`` registers:
 
 * ``registry.feed_settings`` — the parsed :class:`~.settings.FeedSettings`;
-* ``registry.feed_store`` / ``request.feed_store`` — a
-  :class:`~.database.FeedStore` (the embedded database is started first when
-  ``mongodb.uri = embedded://``; its handle is ``registry.feed_embedded``);
+* ``registry.feed_store`` / ``request.feed_store`` — when the configuration
+  is committed, a :class:`~.database.FeedStore` (the embedded database is
+  started first when ``mongodb.uri = embedded://``; its handle is
+  ``registry.feed_embedded``), or the host's own store given to the
+  ``config.set_feed_store(store, collection=...)`` directive
+  (:mod:`.stores`: then no client of ours and no embedded server);
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
-  ``feed.resources``;
+  ``feed.resources``; one log line per feed at start-up;
 * JSON error views: 409 for a write conflict, 503 while the database is
   unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
   commit-ordered feed has no checkpoint yet;
@@ -24,6 +27,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any
 
 from pyramid.config import Configurator
@@ -40,6 +44,7 @@ from .offset import InvalidOffset, Offset, compose_offset, compose_position, par
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
+from .stores import HostStore, set_feed_store
 from .views import FeedDefinition, add_feed
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "FeedSettings",
     "FeedStore",
     "FeedStoreMixin",
+    "HostStore",
     "InvalidOffset",
     "Offset",
     "compose_offset",
@@ -57,6 +63,7 @@ __all__ = [
     "shutdown",
     "parse_offset",
     "parse_settings",
+    "set_feed_store",
 ]
 
 
@@ -68,6 +75,21 @@ def _start_embedded(settings: FeedSettings) -> Any:
     from .embedded import EmbeddedServer
 
     return EmbeddedServer(storage_path=settings.embedded_path).start()
+
+
+def _create_store(registry: Any) -> None:
+    """Create the ready-made store (and the embedded server it needs),
+    unless the host gave its own to ``config.set_feed_store``."""
+    if getattr(registry, "feed_host_store", None) is not None:
+        return
+    if getattr(registry, "feed_store", None) is not None:
+        return
+    settings = registry.feed_settings
+    uri = settings.uri
+    if settings.embedded:
+        registry.feed_embedded = _start_embedded(settings)
+        uri = registry.feed_embedded.uri
+    registry.feed_store = FeedStore.from_settings(settings, uri=uri)
 
 
 def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
@@ -125,6 +147,20 @@ def shutdown(registry: Any) -> None:
         embedded.stop()
 
 
+def caller_info(note: str) -> tuple[str, int, str, str]:
+    """The ``(file, line, function, source)`` of the first caller outside
+    Pyramid and this package (the host's ``config.include`` line), with
+    ``note`` appended to the source: where a conflict report points."""
+    import pyramid
+
+    skipped = (os.path.dirname(os.path.abspath(__file__)),
+               os.path.dirname(os.path.abspath(pyramid.__file__)))
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not os.path.abspath(frame.filename).startswith(skipped):
+            return (frame.filename, frame.lineno or 0, frame.name, f"{frame.line}  # {note}")
+    return ("<settings>", 0, "includeme", note)
+
+
 def includeme(config: Configurator) -> None:
     """Parse the settings, create the store and add the ``add_feed`` directive.
 
@@ -134,8 +170,9 @@ def includeme(config: Configurator) -> None:
 
     registry = config.registry
     config.include("cornice")
-    config.add_directive("add_feed", add_feed, action_wrap=False)
-    if getattr(registry, "feed_store", None) is not None:
+    config.add_directive("add_feed", add_feed)
+    config.add_directive("set_feed_store", set_feed_store, action_wrap=False)
+    if getattr(registry, "feed_settings", None) is not None:
         return
     registry.feed_definitions = {}
     registry.feed_sequencer = None
@@ -151,12 +188,11 @@ def includeme(config: Configurator) -> None:
         metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
         metrics.add_lag_window_hook(lambda: lag_windows(registry))
-    uri = settings.uri
     registry.feed_embedded = None
-    if settings.embedded:
-        registry.feed_embedded = _start_embedded(settings)
-        uri = registry.feed_embedded.uri
-    registry.feed_store = FeedStore.from_settings(settings, uri=uri)
+    registry.feed_store = None
+    registry.feed_host_store = None
+    # Deferred, so that the host may still call config.set_feed_store.
+    config.action(None, _create_store, args=(registry,), order=-10)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
@@ -171,5 +207,7 @@ def includeme(config: Configurator) -> None:
         config.action(
             ("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10
         )
-    for name in settings.resources:
-        config.add_feed(name)
+    if settings.resources:
+        info = caller_info(f"feed.resources = {' '.join(settings.resources)}")
+        for name in settings.resources:
+            config.add_feed(name, _info=info)
