@@ -3,6 +3,8 @@
 ``config.include("openprocurement_feed")`` registers:
 
 * ``registry.feed_settings`` — the parsed :class:`~.settings.FeedSettings`;
+* ``request.feed_now`` — the request's time, which ``save_data`` stamps
+  ``dateModified`` with;
 * ``registry.feed_store`` / ``request.feed_store`` — when the configuration
   is committed, a :class:`~.database.FeedStore` (the embedded database is
   started first when ``mongodb.uri = embedded://``; its handle is
@@ -28,12 +30,13 @@ from __future__ import annotations
 
 import os
 import traceback
+from datetime import datetime, timezone
 from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.request import Request
 
-from .database import ConflictError, FeedStore, FeedStoreMixin
+from .database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .errors import (
     conflict_view,
     database_unavailable_view,
@@ -54,6 +57,7 @@ __all__ = [
     "FeedStore",
     "FeedStoreMixin",
     "HostStore",
+    "MissingRevision",
     "InvalidOffset",
     "Offset",
     "compose_offset",
@@ -69,6 +73,11 @@ __all__ = [
 
 def _feed_store(request: Request) -> FeedStore:
     return request.registry.feed_store
+
+
+def _feed_now(request: Request) -> datetime:
+    """The request's time: what ``save_data`` stamps ``dateModified`` with."""
+    return datetime.now(timezone.utc)
 
 
 def _start_embedded(settings: FeedSettings) -> Any:
@@ -194,6 +203,7 @@ def includeme(config: Configurator) -> None:
     # Deferred, so that the host may still call config.set_feed_store.
     config.action(None, _create_store, args=(registry,), order=-10)
     config.add_request_method(_feed_store, "feed_store", reify=True)
+    config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
     config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")

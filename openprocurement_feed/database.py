@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument
@@ -49,6 +50,20 @@ INDEX_OPTIONS_CONFLICT = 85
 
 class ConflictError(Exception):
     """A write lost an optimistic-concurrency race: its ``_rev`` was stale."""
+
+
+class MissingRevision(ValueError):
+    """An update (``insert=False``) of a document given without its ``_rev``."""
+
+
+def request_now() -> datetime:
+    """The time of the current request (``request.feed_now``, one value per
+    request), or now when there is no request."""
+    from pyramid.threadlocal import get_current_request
+
+    request = get_current_request()
+    now = getattr(request, "feed_now", None) if request is not None else None
+    return now if isinstance(now, datetime) else datetime.now(timezone.utc)
 
 
 def next_rev(rev: str | None) -> str:
@@ -111,6 +126,23 @@ class FeedStoreMixin:
     watermark_seconds: float = 1.0
     max_limit: int = 1000
     max_time_ms: int = 0
+    #: statuses whose objects no feed shows (the default :meth:`is_public`)
+    hidden_statuses: tuple[str, ...] = HIDDEN_STATUSES
+
+    # -- write policies (hooks: override them in the host's class) -----------
+
+    def is_public(self, doc: Mapping[str, Any]) -> bool:
+        """True when feeds show ``doc``: its status is not hidden."""
+        return doc.get("status") not in self.hidden_statuses
+
+    def is_test(self, doc: Mapping[str, Any]) -> bool:
+        """True when ``doc`` is a test object (``mode == "test"``)."""
+        return doc.get("mode") == "test"
+
+    def now(self) -> datetime:
+        """The time ``save_data`` stamps ``dateModified``/``dateCreated``
+        with: the request's time (:func:`request_now`)."""
+        return request_now()
 
     # -- writes -----------------------------------------------------------
 
@@ -125,21 +157,47 @@ class FeedStoreMixin:
         """Replace (or insert) one document and stamp ``public_modified``.
 
         One ``find_one_and_update`` guarded by the document's current
-        ``_rev``; the stamp is ``$$NOW`` of the server, in seconds.
-        ``modified=False`` keeps the given ``public_modified``.
+        ``_rev``; the stamp is ``$$NOW`` of the server, in seconds. What it
+        sets or derives, as upstream's ``save_data``:
+
+        * ``_id`` from ``id`` or ``_id``; the old revision from ``rev`` or
+          ``_rev`` (``id``/``rev`` are not stored);
+        * ``_rev``: ``"{n+1}-{uuid4 hex}"``;
+        * ``is_public`` = :meth:`is_public`, ``is_test`` = :meth:`is_test`;
+        * ``is_masked`` is dropped unless it is ``True``;
+        * ``dateModified`` = :meth:`now` (ISO 8601) unless ``modified=False``;
+        * ``dateCreated`` = :meth:`now` on insert (a given one is kept with
+          ``modified=False``: fixtures, migrations);
+        * ``public_modified`` = ``$$NOW`` in seconds, unless
+          ``modified=False`` (then the given one is kept, and required).
 
         :returns: the stored document (with its new ``_rev`` and stamp).
+        :raises MissingRevision: an update without ``_rev``/``rev``.
         :raises ConflictError: when ``_rev`` is stale (or, with ``insert``,
             when the id is taken).
         """
         doc = dict(data)
-        uid = doc.get("_id")
+        uid = doc.pop("id", None) if "id" in doc else doc.get("_id")
         if not uid:
-            raise ValueError("save_data needs a document with an '_id'")
-        old_rev = doc.pop("_rev", None)
+            raise ValueError("save_data needs a document with an '_id' (or 'id')")
+        doc["_id"] = uid
+        old_rev = doc.pop("rev", None) if "rev" in doc else None
+        old_rev = doc.pop("_rev", None) or old_rev
+        if not insert and not old_rev:
+            raise MissingRevision(
+                f"save_data: updating document {uid} needs its current '_rev' (or 'rev'); "
+                "pass insert=True to create it"
+            )
         doc["_rev"] = next_rev(old_rev)
-        doc["is_public"] = doc.get("status") not in HIDDEN_STATUSES
-        doc["is_test"] = doc.get("mode") == "test"
+        doc["is_public"] = bool(self.is_public(doc))
+        doc["is_test"] = bool(self.is_test(doc))
+        if doc.get("is_masked", True) is not True:
+            doc.pop("is_masked")
+        now = self.now().isoformat()
+        if modified:
+            doc["dateModified"] = now
+        if insert and (modified or "dateCreated" not in doc):
+            doc["dateCreated"] = now
         pipeline: list[dict[str, Any]] = [{"$replaceWith": {"$literal": doc}}]
         if modified:
             pipeline.append({"$set": {PUBLIC_MODIFIED: now_seconds()}})
