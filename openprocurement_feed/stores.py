@@ -36,7 +36,7 @@ from pymongo.read_preferences import ReadPreference
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
 
-from .orders import FeedOrder
+from .orders import PUBLIC_MODIFIED, FeedOrder
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class FeedBackend(Protocol):
     def feed_order(self, name: str | None = None) -> FeedOrder: ...
 
     def ensure_feed_indexes(self, collection: Collection, scope_fields: Iterable[str] = (),
-                            key: str = ...) -> list[str]: ...
+                            key: str = PUBLIC_MODIFIED) -> list[str]: ...
 
     def collection(self, name: str) -> Collection: ...
 
@@ -150,9 +150,9 @@ class HostStore:
         return self.store.feed_order(name)  # type: ignore[no-any-return]
 
     def ensure_feed_indexes(self, collection: Collection, scope_fields: Iterable[str] = (),
-                            **options: Any) -> list[str]:
+                            key: str = PUBLIC_MODIFIED) -> list[str]:
         """The host store's :meth:`~.database.FeedStoreMixin.ensure_feed_indexes`."""
-        return self.store.ensure_feed_indexes(collection, scope_fields, **options)  # type: ignore[no-any-return]
+        return self.store.ensure_feed_indexes(collection, scope_fields, key)  # type: ignore[no-any-return]
 
     def feed_collection(self, name: str) -> Collection:
         """The collection of ``name`` as the host configured it (its read

@@ -321,7 +321,10 @@ def create_indexes(store: Any, feed: FeedDefinition) -> None:
         store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
         if feed.order == COMMIT:
             store.ensure_feed_indexes(
-                store.collection(positions_name(feed.collection)), scope_fields, COMMITTED_TS
+                # beside the documents, in the store's database (not the host's
+                # collection accessor: the package owns that collection)
+                store.db.get_collection(positions_name(feed.collection)), scope_fields,
+                COMMITTED_TS,
             )
     except PyMongoError as error:
         log.warning("Could not create the indexes of feed %r: %s", feed.name, error)
