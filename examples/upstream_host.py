@@ -13,7 +13,8 @@ Resources:
   only ``id``, ``restricted`` and ``dateModified`` to everyone but its
   owner, the user who posted it);
 * ``POST {prefix}/frameworks/{framework_id}/submissions``, the unscoped
-  ``submissions`` feed and the feed scoped by framework.
+  ``submissions`` feed and the feed scoped by framework (both restricted
+  the same way).
 
 Users log in with HTTP Basic authentication, from the ``auth.users``
 setting (``name:password`` pairs). Run it on a throwaway embedded database::
@@ -163,7 +164,8 @@ def patch_tender(request: Request) -> dict[str, Any]:
 
 def create_submission(request: Request) -> dict[str, Any]:
     submission = {"_id": uuid.uuid4().hex, "status": "active", **request.json_body["data"],
-                  "frameworkID": request.matchdict["framework_id"]}
+                  "frameworkID": request.matchdict["framework_id"],
+                  "owner": request.authenticated_userid}
     saved = request.registry.mongodb.submissions.save(submission, insert=True)
     request.response.status = 201
     return {"data": public(saved)}
@@ -193,10 +195,11 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
     # The feeds (after the POST routes on the same paths).
     config.add_feed("tenders", allowed_fields=TENDER_FIELDS, restricted=True,
                     owner_fields=("owner",), safe_fields=("dateModified",))
-    config.add_feed("submissions", allowed_fields=("status", "frameworkID"))
+    config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"),
+                    restricted=True)
     config.add_feed("framework_submissions", path="frameworks/{framework_id}/submissions",
                     collection="submissions", scope="framework_id", scope_field="frameworkID",
-                    allowed_fields=("status",))
+                    allowed_fields=("status", "owner"), restricted=True)
     return config.make_wsgi_app()
 
 

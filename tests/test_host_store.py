@@ -3,11 +3,6 @@ its feeds through its own store and client, over HTTP, in both orders; a
 store or accessor that does not fit fails at configuration time."""
 from __future__ import annotations
 
-import base64
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
@@ -15,56 +10,15 @@ from pymongo import MongoClient
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
 
-from openprocurement_feed import shutdown
-from openprocurement_feed.testing import crawl, get_json, serve_http, wait_visible
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "upstream_host.py"
-USERS = "broker:secret other:pw"
-
-
-def load_example() -> ModuleType:
-    """Import ``examples/upstream_host.py`` as the module ``upstream_host``."""
-    if "upstream_host" in sys.modules:
-        return sys.modules["upstream_host"]
-    spec = importlib.util.spec_from_file_location("upstream_host", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["upstream_host"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-BROKER = basic("broker", "secret")
-OTHER = basic("other", "pw")
+from openprocurement_feed.testing import crawl, get_json, wait_visible
+from upstream_example import BROKER, load_example, post, served_example
 
 
 @pytest.fixture(params=["watermark", "commit"])
 def host(request: pytest.FixtureRequest, settings: dict[str, str]) -> Iterator[tuple[Any, str]]:
     """The example host app in one feed order, served on loopback: (app, base URL)."""
-    order = request.param
-    extra = {"auth.users": USERS, "feed.order": order}
-    if order == "commit":
-        extra["feed.sequencer"] = "thread"
-    app = load_example().main({}, **settings, **extra)
-    if order == "commit":
-        assert app.registry.feed_sequencer.wait_ready(timeout=30)
-    with serve_http(app) as url:
-        yield app, url
-    shutdown(app.registry)
-    app.registry.mongodb.close()
-
-
-def post(app: Any, path: str, data: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
-    from webtest import TestApp
-
-    response = TestApp(app).post_json(f"/api/2.5{path}", {"data": data}, headers=headers or {})
-    return response.json["data"]  # type: ignore[no-any-return]
-
+    with served_example(settings, request.param) as served:
+        yield served
 
 def ids_of(url: str, path: str, headers: dict[str, str] | None = None, query: str = "") -> list[str]:
     return [item["id"] for item in crawl(url, path, headers, query)]
