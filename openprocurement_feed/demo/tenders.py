@@ -21,7 +21,7 @@ FEED_FIELDS = ("dateCreated", "mode", "status", "tenderID", "title")
 #: Keys a client may not set: they belong to the store or the API.
 RESERVED = frozenset(
     {"id", "_id", "_rev", "dateModified", "dateCreated", "public_modified",
-     "public_ts", "is_public", "is_test"}
+     "public_ts", "is_public", "is_test", "owner"}
 )
 STATUSES = ("draft", "active", "complete", "cancelled", "unsuccessful", "deleted")
 TRANSIENT_RETRIES = 5
@@ -151,6 +151,8 @@ def create_tender(request: Request) -> dict[str, Any]:
     stamp = now_iso()
     tender = dict(data, _id=uuid.uuid4().hex, dateCreated=stamp, dateModified=stamp)
     tender.setdefault("status", "active")
+    if request.authenticated_userid is not None:
+        tender["owner"] = request.authenticated_userid
     store: FeedStore = request.feed_store
     collection = store.collection(COLLECTION)
     saved = in_transaction(
