@@ -75,6 +75,14 @@ def next_rev(rev: str | None) -> str:
     return f"{number + 1}-{uuid.uuid4().hex}"
 
 
+def uri_option_names(uri: str) -> set[str]:
+    """The lower-cased names of the options written in ``uri``'s query
+    string: the settings' defaults must not override them."""
+    query = uri.split("?", 1)[1] if "?" in uri else ""
+    return {part.split("=", 1)[0].strip().lower() for part in query.replace(";", "&").split("&")
+            if part.strip()}
+
+
 def mode_filter(mode: str) -> dict[str, Any]:
     """The filter of a feed mode: ``test`` → test objects only, ``_all_`` →
     everything, anything else → real objects only."""
@@ -542,12 +550,14 @@ class FeedStore(FeedStoreMixin):
     @classmethod
     def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> "FeedStore":
         """Build a store from parsed settings (``uri`` overrides the settings' one)."""
-        client: MongoClient = MongoClient(
-            uri or settings.uri,
-            serverSelectionTimeoutMS=settings.server_selection_timeout_ms,
-            connectTimeoutMS=settings.server_selection_timeout_ms,
-            tz_aware=True,
-        )
+        uri = uri or settings.uri
+        defaults: dict[str, Any] = {
+            "serverSelectionTimeoutMS": settings.server_selection_timeout_ms,
+            "connectTimeoutMS": settings.server_selection_timeout_ms,
+        }
+        given = uri_option_names(uri)
+        options = {name: value for name, value in defaults.items() if name.lower() not in given}
+        client: MongoClient = MongoClient(uri, tz_aware=True, **options)
         return cls(
             client,
             settings.db_name,
