@@ -31,6 +31,8 @@ def test_the_host_store_serves_unscoped_and_scoped_feeds(host: tuple[Any, str]) 
     assert app.registry.feed_store.store is store
     assert app.registry.feed_store.client is store.connection
     assert app.registry.feed_embedded is None
+    # The mixin's numbers come from the feed settings.
+    assert (store.watermark_seconds, store.max_limit) == (0.2, 1000)
     tenders = [post(app, "/tenders", {"title": f"t{n}"}, BROKER)["id"] for n in range(5)]
     in_a = [post(app, "/frameworks/a/submissions", {"n": n})["id"] for n in range(3)]
     in_b = [post(app, "/frameworks/b/submissions", {"n": n})["id"] for n in range(2)]
