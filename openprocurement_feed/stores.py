@@ -62,7 +62,8 @@ class FeedBackend(Protocol):
 
     db: Database
 
-    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]: ...
+    def feed_page(self, collection: Collection, fields: Iterable[str],
+                  **options: Any) -> list[dict[str, Any]]: ...
 
     def feed_order(self, name: str | None = None) -> FeedOrder: ...
 
@@ -141,7 +142,8 @@ class HostStore:
         # save_data, list and the host's own helpers stay reachable.
         return getattr(self.store, name)
 
-    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]:
+    def feed_page(self, collection: Collection, fields: Iterable[str],
+                  **options: Any) -> list[dict[str, Any]]:
         """The host store's :meth:`~.database.FeedStoreMixin.feed_page`."""
         return self.store.feed_page(collection, fields, **options)  # type: ignore[no-any-return]
 

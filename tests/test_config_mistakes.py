@@ -104,7 +104,8 @@ def test_a_watermark_above_an_hour_needs_saying_so() -> None:
     meant = parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "7200",
                             "feed.long_watermark": "true"}, {})
     assert meant.watermark_seconds == 7200.0
-    assert parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "3600"}, {}).watermark_seconds == 3600
+    hour = parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "3600"}, {})
+    assert hour.watermark_seconds == 3600
 
 
 def test_a_bad_long_watermark_flag_is_an_error() -> None:
