@@ -47,7 +47,7 @@ from .offset import InvalidOffset, Offset, compose_offset, compose_position, par
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
-from .stores import HostStore, set_feed_store
+from .stores import HostStore, apply_numbers, set_feed_store
 from .views import FeedDefinition, add_feed
 
 __all__ = [
@@ -91,7 +91,13 @@ def _create_store(registry: Any) -> None:
     unless the host gave its own to ``config.set_feed_store``."""
     if getattr(registry, "feed_host_store", None) is not None:
         return
-    if getattr(registry, "feed_store", None) is not None:
+    given = getattr(registry, "feed_store", None)
+    if given is not None:
+        if not callable(getattr(given, "feed_collection", None)):
+            # The host assigned its own store to registry.feed_store: serve
+            # through it as set_feed_store would (or say what it lacks).
+            registry.feed_store = HostStore(given)
+            apply_numbers(given, registry.feed_settings)
         return
     settings = registry.feed_settings
     uri = settings.uri

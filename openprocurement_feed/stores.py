@@ -140,7 +140,10 @@ class HostStore:
 
     def __getattr__(self, name: str) -> Any:
         # save_data, list and the host's own helpers stay reachable.
-        return getattr(self.store, name)
+        store = self.__dict__.get("store")
+        if store is None:
+            raise AttributeError(name)
+        return getattr(store, name)
 
     def feed_page(self, collection: Collection, fields: Iterable[str],
                   **options: Any) -> list[dict[str, Any]]:
@@ -206,6 +209,13 @@ class HostStore:
         """Nothing: the host owns its client and closes it."""
 
 
+def apply_numbers(store: Any, settings: Any) -> None:
+    """Set the mixin's numbers on ``store`` from the feed settings."""
+    store.watermark_seconds = settings.watermark_seconds
+    store.max_limit = settings.max_limit
+    store.max_time_ms = settings.max_time_ms
+
+
 def set_feed_store(
     config: Configurator,
     store: Any,
@@ -223,10 +233,7 @@ def set_feed_store(
     """
     registry = config.registry
     backend = HostStore(store, collection, database)
-    settings = registry.feed_settings
-    store.watermark_seconds = settings.watermark_seconds
-    store.max_limit = settings.max_limit
-    store.max_time_ms = settings.max_time_ms
+    apply_numbers(store, registry.feed_settings)
 
     def register() -> None:
         registry.feed_store = backend

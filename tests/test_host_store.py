@@ -161,3 +161,30 @@ def test_a_database_refusal_in_index_creation_is_a_warning(
         assert "Could not create the indexes of feed 'tenders'" in caplog.text
     finally:
         store.close()
+
+
+def test_a_store_assigned_to_the_registry_is_served_or_refused(settings: dict[str, str],
+                                                                 mongo_client: MongoClient) -> None:
+    """Assigning the host's store to ``registry.feed_store`` after the
+    include (what a host tried first) works like ``set_feed_store``; a store
+    without the mixin fails at commit, not with a 500 per request."""
+    from webtest import TestApp
+
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.registry.feed_store = store
+        config.add_feed("tenders")
+        app = config.make_wsgi_app()
+        assert app.registry.feed_store.store is store
+        assert TestApp(app).get("/api/2.5/tenders").json["data"] == []
+    finally:
+        store.close()
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.registry.feed_store = PlainStore(mongo_client, settings["mongodb.db_name"])
+    config.add_feed("tenders")
+    with pytest.raises(ConfigurationError, match="PlainStore lacks feed_page"):
+        config.commit()
