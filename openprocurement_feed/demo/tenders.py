@@ -122,6 +122,10 @@ def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | Non
     (503 by the extension's error view)."""
     store: FeedStore = request.feed_store
     for attempt in range(TRANSIENT_RETRIES):
+        # Each attempt stamps dateModified afresh (save_data stamps the
+        # request's time): a retry after a competing commit must not write
+        # an older dateModified than that commit's.
+        request.feed_now = datetime.now(timezone.utc)
         try:
             with store.client.start_session() as session:
                 with session.start_transaction():
