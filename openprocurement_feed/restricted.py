@@ -78,6 +78,19 @@ class ItemPolicy:
             raise ConfigurationError(f"item_view must be callable, got {self.item_view!r}")
         object.__setattr__(self, "masks", MappingProxyType(dict(self.masks)))
 
+    @classmethod
+    def build(cls, restricted: bool, owner_fields: Sequence[str], safe_fields: Sequence[str],
+              masks: Mapping[str, Any] | None, item_view: ItemView | None) -> "ItemPolicy":
+        """The policy of ``add_feed``'s arguments, checked: field lists must
+        be sequences of names (a bare string is refused, not split)."""
+        for name, value in (("owner_fields", owner_fields), ("safe_fields", safe_fields)):
+            if isinstance(value, str):
+                raise ConfigurationError(
+                    f"{name} must be a sequence of field names, got the string {value!r}"
+                )
+        return cls(bool(restricted), tuple(owner_fields), tuple(safe_fields), dict(masks or {}),
+                   item_view)
+
     @property
     def active(self) -> bool:
         """True when the policy changes anything over the plain rendering."""

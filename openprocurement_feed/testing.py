@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.request import Request as UrlRequest
 from urllib.request import urlopen
@@ -87,13 +88,17 @@ def save_in_the_past(
     seconds_ago: float = PAST_SECONDS,
 ) -> list[dict[str, Any]]:
     """Insert ``docs`` through ``store.save_data`` with ``public_modified``
-    stamps ``seconds_ago`` in the past (one millisecond apart, in order):
-    feeds show them at once, whatever the watermark."""
+    stamps ``seconds_ago`` in the past (one millisecond apart, in order) and
+    the matching ``dateModified`` (unless given): feeds show them at once,
+    whatever the watermark."""
     start = round(time.time() - seconds_ago, 3)
     saved = []
     for number, doc in enumerate(docs):
         data = {"_id": uuid.uuid4().hex, "status": "active", **doc}
         data.setdefault("public_modified", round(start + number / 1000, 3))
+        data.setdefault(
+            "dateModified", datetime.fromtimestamp(data["public_modified"], timezone.utc).isoformat()
+        )
         saved.append(store.save_data(collection, data, insert=True, modified=False))
     return saved
 

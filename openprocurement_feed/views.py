@@ -234,13 +234,7 @@ def add_feed(
             f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}"
         )
     try:
-        policy = ItemPolicy(
-            restricted=bool(restricted),
-            owner_fields=tuple(owner_fields) if not isinstance(owner_fields, str) else owner_fields,  # type: ignore[arg-type]
-            safe_fields=tuple(safe_fields) if not isinstance(safe_fields, str) else safe_fields,  # type: ignore[arg-type]
-            masks=dict(masks or {}),
-            item_view=item_view,
-        )
+        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
     feed = FeedDefinition(

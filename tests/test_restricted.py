@@ -153,3 +153,47 @@ def test_error_bodies_carry_nothing(restricted_host: dict[str, Any], bad: str) -
     for tender_id in restricted_host["secret"]:
         assert tender_id not in text
     assert "broker" not in text
+
+
+def test_restriction_arguments_are_checked(settings: dict[str, str]) -> None:
+    from pyramid.config import Configurator
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError, match="add_feed\\('tenders'\\): owner_fields .* string 'owner'"):
+        config.add_feed("tenders", restricted=True, owner_fields="owner")
+    with pytest.raises(ConfigurationError, match="needs at least one owner field"):
+        config.add_feed("tenders", restricted=True, owner_fields=())
+    with pytest.raises(ConfigurationError, match="item_view must be callable"):
+        config.add_feed("tenders", item_view="nope")  # type: ignore[arg-type]
+
+
+def test_masks_and_item_view(demo_app: Any, settings: dict[str, str]) -> None:
+    """A mask replaces a requested field of a restricted item for others;
+    ``item_view`` renders the items shown in full."""
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed.testing import save_in_the_past
+
+    def item_view(request: Any, row: dict[str, Any], fields: Any) -> dict[str, Any]:
+        return {"id": row["_id"], "shown": sorted(name for name in fields if name in row)}
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.add_feed("tenders", allowed_fields=("title",), restricted=True,
+                    masks={"title": "Hidden"}, item_view=item_view)
+    app = config.make_wsgi_app()
+    store = demo_app.app.registry.feed_store
+    try:
+        secret, plain = save_in_the_past(store, store.collection("tenders"), [
+            {"title": SECRET, "config": {"restricted": True}, "owner": "broker"},
+            {"title": "plain"},
+        ])
+        data = TestApp(app).get("/api/2.5/tenders?opt_fields=title").json["data"]
+        assert data[0] == {"id": secret["_id"], "restricted": True, "title": "Hidden",
+                           "dateModified": secret["dateModified"]}
+        assert data[1] == {"id": plain["_id"], "shown": ["dateModified", "title"]}
+    finally:
+        app.registry.feed_store.close()
