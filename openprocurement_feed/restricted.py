@@ -40,7 +40,7 @@ def lookup(row: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ItemPolicy:
     """How one feed renders its items.
 
