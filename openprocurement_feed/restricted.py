@@ -30,11 +30,12 @@ ItemView = Callable[[Request, dict[str, Any], Sequence[str]], dict[str, Any]]
 RowRenderer = Callable[[dict[str, Any], Sequence[str]], dict[str, Any]]
 
 
-def lookup(row: Mapping[str, Any], path: str) -> Any:
-    """The value at dotted ``path`` in ``row`` (None when absent)."""
+def lookup(row: Mapping[str, Any], path: str | tuple[str, ...]) -> Any:
+    """The value at ``path`` in ``row`` (dotted, or split in parts; None
+    when absent). Rows are the database's dicts."""
     value: Any = row
-    for part in path.split("."):
-        if not isinstance(value, Mapping):
+    for part in path.split(".") if isinstance(path, str) else path:
+        if not isinstance(value, dict):
             return None
         value = value.get(part)
     return value
@@ -63,6 +64,8 @@ class ItemPolicy:
     safe_fields: tuple[str, ...] = ("dateModified",)
     masks: Mapping[str, Any] = field(default_factory=dict)
     item_view: ItemView | None = None
+    #: the owner fields split into their parts (derived)
+    owner_paths: tuple[tuple[str, ...], ...] = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         for name in ("owner_fields", "safe_fields"):
@@ -72,6 +75,7 @@ class ItemPolicy:
                     f"{name} must be a sequence of field names, got {value!r}"
                 )
             object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "owner_paths", tuple(tuple(f.split(".")) for f in self.owner_fields))
         if self.restricted and not self.owner_fields:
             raise ConfigurationError("a restricted feed needs at least one owner field")
         if self.item_view is not None and not callable(self.item_view):
@@ -115,7 +119,9 @@ class ItemPolicy:
 
     def is_owner(self, row: Mapping[str, Any], user: Any) -> bool:
         """True when ``user`` owns the document of ``row``."""
-        return user is not None and any(lookup(row, name) == user for name in self.owner_fields)
+        return user is not None and any(
+            lookup(row, path) == user for path in self.owner_paths
+        )
 
     def restricted_item(self, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
         """What everyone but the owner sees of a restricted row."""
@@ -142,7 +148,8 @@ class ItemPolicy:
         user = request.authenticated_userid
 
         def render(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-            if lookup(row, RESTRICTED_FIELD) and not self.is_owner(row, user):
+            config = row.get("config")
+            if isinstance(config, dict) and config.get("restricted") and not self.is_owner(row, user):
                 return self.restricted_item(row, fields)
             return show(row, fields)
 
