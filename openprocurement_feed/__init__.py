@@ -3,11 +3,16 @@
 ``config.include("openprocurement_feed")`` registers:
 
 * ``registry.feed_settings`` — the parsed :class:`~.settings.FeedSettings`;
-* ``registry.feed_store`` / ``request.feed_store`` — a
-  :class:`~.database.FeedStore` (the embedded database is started first when
-  ``mongodb.uri = embedded://``; its handle is ``registry.feed_embedded``);
+* ``request.feed_now`` — the request's time, which ``save_data`` stamps
+  ``dateModified`` with;
+* ``registry.feed_store`` / ``request.feed_store`` — when the configuration
+  is committed, a :class:`~.database.FeedStore` (the embedded database is
+  started first when ``mongodb.uri = embedded://``; its handle is
+  ``registry.feed_embedded``), or the host's own store given to the
+  ``config.set_feed_store(store, collection=...)`` directive
+  (:mod:`.stores`: then no client of ours and no embedded server);
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
-  ``feed.resources``;
+  ``feed.resources``; one log line per feed at start-up;
 * JSON error views: 409 for a write conflict, 503 while the database is
   unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
   commit-ordered feed has no checkpoint yet;
@@ -24,12 +29,14 @@
 from __future__ import annotations
 
 import os
+import traceback
+from datetime import datetime, timezone
 from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.request import Request
 
-from .database import ConflictError, FeedStore, FeedStoreMixin
+from .database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .errors import (
     conflict_view,
     database_unavailable_view,
@@ -40,6 +47,7 @@ from .offset import InvalidOffset, Offset, compose_offset, compose_position, par
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
+from .stores import HostStore, apply_numbers, set_feed_store
 from .views import FeedDefinition, add_feed
 
 __all__ = [
@@ -48,6 +56,8 @@ __all__ = [
     "FeedSettings",
     "FeedStore",
     "FeedStoreMixin",
+    "HostStore",
+    "MissingRevision",
     "InvalidOffset",
     "Offset",
     "compose_offset",
@@ -57,6 +67,7 @@ __all__ = [
     "shutdown",
     "parse_offset",
     "parse_settings",
+    "set_feed_store",
 ]
 
 
@@ -64,10 +75,36 @@ def _feed_store(request: Request) -> FeedStore:
     return request.registry.feed_store
 
 
+def _feed_now(request: Request) -> datetime:
+    """The request's time: what ``save_data`` stamps ``dateModified`` with."""
+    return datetime.now(timezone.utc)
+
+
 def _start_embedded(settings: FeedSettings) -> Any:
     from .embedded import EmbeddedServer
 
     return EmbeddedServer(storage_path=settings.embedded_path).start()
+
+
+def _create_store(registry: Any) -> None:
+    """Create the ready-made store (and the embedded server it needs),
+    unless the host gave its own to ``config.set_feed_store``."""
+    if getattr(registry, "feed_host_store", None) is not None:
+        return
+    given = getattr(registry, "feed_store", None)
+    if given is not None:
+        if not callable(getattr(given, "feed_collection", None)):
+            # The host assigned its own store to registry.feed_store: serve
+            # through it as set_feed_store would (or say what it lacks).
+            registry.feed_store = HostStore(given)
+            apply_numbers(given, registry.feed_settings)
+        return
+    settings = registry.feed_settings
+    uri = settings.uri
+    if settings.embedded:
+        registry.feed_embedded = _start_embedded(settings)
+        uri = registry.feed_embedded.uri
+    registry.feed_store = FeedStore.from_settings(settings, uri=uri)
 
 
 def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
@@ -125,6 +162,20 @@ def shutdown(registry: Any) -> None:
         embedded.stop()
 
 
+def caller_info(note: str) -> tuple[str, int, str, str]:
+    """The ``(file, line, function, source)`` of the first caller outside
+    Pyramid and this package (the host's ``config.include`` line), with
+    ``note`` appended to the source: where a conflict report points."""
+    import pyramid
+
+    skipped = (os.path.dirname(os.path.abspath(__file__)),
+               os.path.dirname(os.path.abspath(pyramid.__file__)))
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not os.path.abspath(frame.filename).startswith(skipped):
+            return (frame.filename, frame.lineno or 0, frame.name, f"{frame.line}  # {note}")
+    return ("<settings>", 0, "includeme", note)
+
+
 def includeme(config: Configurator) -> None:
     """Parse the settings, create the store and add the ``add_feed`` directive.
 
@@ -134,8 +185,9 @@ def includeme(config: Configurator) -> None:
 
     registry = config.registry
     config.include("cornice")
-    config.add_directive("add_feed", add_feed, action_wrap=False)
-    if getattr(registry, "feed_store", None) is not None:
+    config.add_directive("add_feed", add_feed)
+    config.add_directive("set_feed_store", set_feed_store, action_wrap=False)
+    if getattr(registry, "feed_settings", None) is not None:
         return
     registry.feed_definitions = {}
     registry.feed_sequencer = None
@@ -151,13 +203,13 @@ def includeme(config: Configurator) -> None:
         metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
         metrics.add_lag_window_hook(lambda: lag_windows(registry))
-    uri = settings.uri
     registry.feed_embedded = None
-    if settings.embedded:
-        registry.feed_embedded = _start_embedded(settings)
-        uri = registry.feed_embedded.uri
-    registry.feed_store = FeedStore.from_settings(settings, uri=uri)
+    registry.feed_store = None
+    registry.feed_host_store = None
+    # Deferred, so that the host may still call config.set_feed_store.
+    config.action(None, _create_store, args=(registry,), order=-10)
     config.add_request_method(_feed_store, "feed_store", reify=True)
+    config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
     config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
@@ -171,5 +223,7 @@ def includeme(config: Configurator) -> None:
         config.action(
             ("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10
         )
-    for name in settings.resources:
-        config.add_feed(name)
+    if settings.resources:
+        info = caller_info(f"feed.resources = {' '.join(settings.resources)}")
+        for name in settings.resources:
+            config.add_feed(name, _info=info)

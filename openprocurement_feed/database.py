@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument
@@ -51,6 +52,20 @@ class ConflictError(Exception):
     """A write lost an optimistic-concurrency race: its ``_rev`` was stale."""
 
 
+class MissingRevision(ValueError):
+    """An update (``insert=False``) of a document given without its ``_rev``."""
+
+
+def request_now() -> datetime:
+    """The time of the current request (``request.feed_now``, one value per
+    request), or now when there is no request."""
+    from pyramid.threadlocal import get_current_request
+
+    request = get_current_request()
+    now = getattr(request, "feed_now", None) if request is not None else None
+    return now if isinstance(now, datetime) else datetime.now(timezone.utc)
+
+
 def next_rev(rev: str | None) -> str:
     """The revision that follows ``rev``: ``"{n+1}-{uuid4 hex}"``."""
     number = 0
@@ -58,6 +73,14 @@ def next_rev(rev: str | None) -> str:
         head = rev.split("-", 1)[0]
         number = int(head) if head.isdigit() else 0
     return f"{number + 1}-{uuid.uuid4().hex}"
+
+
+def uri_option_names(uri: str) -> set[str]:
+    """The lower-cased names of the options written in ``uri``'s query
+    string: the settings' defaults must not override them."""
+    query = uri.split("?", 1)[1] if "?" in uri else ""
+    return {part.split("=", 1)[0].strip().lower() for part in query.replace(";", "&").split("&")
+            if part.strip()}
 
 
 def mode_filter(mode: str) -> dict[str, Any]:
@@ -111,6 +134,23 @@ class FeedStoreMixin:
     watermark_seconds: float = 1.0
     max_limit: int = 1000
     max_time_ms: int = 0
+    #: statuses whose objects no feed shows (the default :meth:`is_public`)
+    hidden_statuses: tuple[str, ...] = HIDDEN_STATUSES
+
+    # -- write policies (hooks: override them in the host's class) -----------
+
+    def is_public(self, doc: Mapping[str, Any]) -> bool:
+        """True when feeds show ``doc``: its status is not hidden."""
+        return doc.get("status") not in self.hidden_statuses
+
+    def is_test(self, doc: Mapping[str, Any]) -> bool:
+        """True when ``doc`` is a test object (``mode == "test"``)."""
+        return doc.get("mode") == "test"
+
+    def now(self) -> datetime:
+        """The time ``save_data`` stamps ``dateModified``/``dateCreated``
+        with: the request's time (:func:`request_now`)."""
+        return request_now()
 
     # -- writes -----------------------------------------------------------
 
@@ -125,21 +165,47 @@ class FeedStoreMixin:
         """Replace (or insert) one document and stamp ``public_modified``.
 
         One ``find_one_and_update`` guarded by the document's current
-        ``_rev``; the stamp is ``$$NOW`` of the server, in seconds.
-        ``modified=False`` keeps the given ``public_modified``.
+        ``_rev``; the stamp is ``$$NOW`` of the server, in seconds. What it
+        sets or derives, as upstream's ``save_data``:
+
+        * ``_id`` from ``id`` or ``_id``; the old revision from ``rev`` or
+          ``_rev`` (``id``/``rev`` are not stored);
+        * ``_rev``: ``"{n+1}-{uuid4 hex}"``;
+        * ``is_public`` = :meth:`is_public`, ``is_test`` = :meth:`is_test`;
+        * ``is_masked`` is dropped unless it is ``True``;
+        * ``dateModified`` = :meth:`now` (ISO 8601) unless ``modified=False``;
+        * ``dateCreated`` = :meth:`now` on insert (a given one is kept with
+          ``modified=False``: fixtures, migrations);
+        * ``public_modified`` = ``$$NOW`` in seconds, unless
+          ``modified=False`` (then the given one is kept, and required).
 
         :returns: the stored document (with its new ``_rev`` and stamp).
+        :raises MissingRevision: an update without ``_rev``/``rev``.
         :raises ConflictError: when ``_rev`` is stale (or, with ``insert``,
             when the id is taken).
         """
         doc = dict(data)
-        uid = doc.get("_id")
+        uid = doc.pop("id", None) if "id" in doc else doc.get("_id")
         if not uid:
-            raise ValueError("save_data needs a document with an '_id'")
-        old_rev = doc.pop("_rev", None)
+            raise ValueError("save_data needs a document with an '_id' (or 'id')")
+        doc["_id"] = uid
+        old_rev = doc.pop("rev", None) if "rev" in doc else None
+        old_rev = doc.pop("_rev", None) or old_rev
+        if not insert and not old_rev:
+            raise MissingRevision(
+                f"save_data: updating document {uid} needs its current '_rev' (or 'rev'); "
+                "pass insert=True to create it"
+            )
         doc["_rev"] = next_rev(old_rev)
-        doc["is_public"] = doc.get("status") not in HIDDEN_STATUSES
-        doc["is_test"] = doc.get("mode") == "test"
+        doc["is_public"] = bool(self.is_public(doc))
+        doc["is_test"] = bool(self.is_test(doc))
+        if doc.get("is_masked", True) is not True:
+            doc.pop("is_masked")
+        now = self.now().isoformat()
+        if modified:
+            doc["dateModified"] = now
+        if insert and (modified or "dateCreated" not in doc):
+            doc["dateCreated"] = now
         pipeline: list[dict[str, Any]] = [{"$replaceWith": {"$literal": doc}}]
         if modified:
             pipeline.append({"$set": {PUBLIC_MODIFIED: now_seconds()}})
@@ -484,12 +550,14 @@ class FeedStore(FeedStoreMixin):
     @classmethod
     def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> "FeedStore":
         """Build a store from parsed settings (``uri`` overrides the settings' one)."""
-        client: MongoClient = MongoClient(
-            uri or settings.uri,
-            serverSelectionTimeoutMS=settings.server_selection_timeout_ms,
-            connectTimeoutMS=settings.server_selection_timeout_ms,
-            tz_aware=True,
-        )
+        uri = uri or settings.uri
+        defaults: dict[str, Any] = {
+            "serverSelectionTimeoutMS": settings.server_selection_timeout_ms,
+            "connectTimeoutMS": settings.server_selection_timeout_ms,
+        }
+        given = uri_option_names(uri)
+        options = {name: value for name, value in defaults.items() if name.lower() not in given}
+        client: MongoClient = MongoClient(uri, tz_aware=True, **options)
         return cls(
             client,
             settings.db_name,

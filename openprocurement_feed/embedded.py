@@ -5,6 +5,12 @@ For development, demos and tests only. The ``secantusd-py`` server of the
 separate process on a free loopback port; it is never imported. The child is
 stopped when :meth:`EmbeddedServer.stop` is called, when the interpreter
 exits, and by the kernel if this process dies (``PR_SET_PDEATHSIG`` on Linux).
+
+A throwaway data folder (``embedded://``) is removed whichever way this
+process ends, SIGTERM included: the server runs under a small guard process
+(:mod:`._embedded_guard`) that removes the folder when the server exits.
+``embedded:///some/dir`` keeps the data in that folder instead (it survives
+restarts and ``pserve --reload``).
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from pymongo.errors import PyMongoError
 log = logging.getLogger(__name__)
 
 EXECUTABLE = "secantusd-py"
+#: The guard that removes a throwaway folder when the server exits.
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_embedded_guard.py")
 INSTALL_HINT = (
     "The embedded database needs the 'embedded' extra: "
     "pip install 'openprocurement_feed[embedded]'"
@@ -125,6 +133,8 @@ class EmbeddedServer:
             "--log-level", "WARNING",
             *self.extra_args,
         ]
+        if self._tmpdir:
+            command = [sys.executable, GUARD, self._tmpdir, "--", *command]
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,

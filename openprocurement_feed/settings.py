@@ -9,6 +9,8 @@ value it got and what is allowed.
 """
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import re
 from types import MappingProxyType
@@ -18,6 +20,7 @@ from typing import Any, Callable, Mapping, TypeVar
 from pyramid.exceptions import ConfigurationError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 READ_PREFERENCES = (
     "primary",
@@ -34,11 +37,13 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Setting:
-    """One known setting: its ini key, its environment variable, its default."""
+    """One known setting: its ini key, its environment variable, its default,
+    and whether an empty ini value means something (else it is an error)."""
 
     key: str
     env: str
     default: str | None
+    empty_ok: bool = False
 
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({
@@ -57,22 +62,32 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({
     "watermark_seconds": Setting(
         "feed.watermark_seconds", "FEED_WATERMARK_SECONDS", "1"
     ),
-    "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5"),
+    "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5", empty_ok=True),
     "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
     "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
-    "resources": Setting("feed.resources", "FEED_RESOURCES", ""),
+    "resources": Setting("feed.resources", "FEED_RESOURCES", "", empty_ok=True),
     "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
     "order": Setting("feed.order", "FEED_ORDER", "watermark"),
     "sequencer": Setting("feed.sequencer", "FEED_SEQUENCER", "off"),
     "health_path": Setting("feed.health_path", "FEED_HEALTH_PATH", "{route_prefix}/feeds/health"),
-    "health_permission": Setting("feed.health_permission", "FEED_HEALTH_PERMISSION", ""),
+    "health_permission": Setting("feed.health_permission", "FEED_HEALTH_PERMISSION", "",
+                                 empty_ok=True),
     "lag_window_seconds": Setting("feed.lag_window_seconds", "FEED_LAG_WINDOW_SECONDS", "300"),
     "checkpoint_threshold_seconds": Setting(
         "feed.checkpoint_threshold_seconds", "FEED_CHECKPOINT_THRESHOLD_SECONDS", "5"
     ),
-    "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", ""),
-    "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", ""),
+    "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", "", empty_ok=True),
+    "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", "",
+                                  empty_ok=True),
+    "long_watermark": Setting("feed.long_watermark", "FEED_LONG_WATERMARK", "false"),
 })
+#: The longest watermark accepted without ``feed.long_watermark = true``.
+LONG_WATERMARK_SECONDS = 3600.0
+#: ``mongodb.*`` keys of upstream-shaped hosts that this package does not
+#: read but knows (no "unknown setting" warning for them).
+HOST_MONGODB_KEYS = frozenset({"mongodb.max_pool_size", "mongodb.min_pool_size"})
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+            "false": False, "no": False, "off": False, "0": False}
 #: The feed orders (SPEC D): by ``public_modified`` behind a watermark, or by commit.
 ORDERS = ("watermark", "commit")
 #: Where the sequencer of commit-ordered feeds runs: elsewhere, or in a thread
@@ -110,6 +125,7 @@ class FeedSettings:
     checkpoint_threshold_seconds: float = 5.0
     metrics_path: str = ""
     metrics_permission: str | None = None
+    long_watermark: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -141,8 +157,13 @@ def _raw(name: str, settings: Mapping[str, Any], environ: Mapping[str, str]) -> 
     if spec.env in environ and environ[spec.env] != "":
         return f"environment variable {spec.env}", environ[spec.env]
     value = settings.get(spec.key)
-    if value is None or (isinstance(value, str) and value.strip() == ""):
+    if value is None:
         return f"setting {spec.key!r}", spec.default
+    if str(value).strip() == "":
+        if spec.empty_ok:
+            return f"setting {spec.key!r}", spec.default
+        allowed = f"remove the line for the default ({spec.default})" if spec.default else "set a value"
+        raise ConfigurationError(f"Empty setting {spec.key!r}; {allowed}.")
     return f"setting {spec.key!r}", str(value).strip()
 
 
@@ -182,6 +203,48 @@ def parse_watermark(where: str, value: str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise _fail(where, value, allowed)
     return seconds
+
+
+def parse_bool(where: str, value: str) -> bool:
+    """``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
+    if value.lower() not in BOOLEANS:
+        raise _fail(where, value, "expected true or false")
+    return BOOLEANS[value.lower()]
+
+
+def check_watermark_length(where: str, seconds: float, long_ok: bool) -> None:
+    """Refuse a watermark above an hour unless ``feed.long_watermark`` says
+    it is meant (a typo in milliseconds would hide the feed for days)."""
+    if seconds > LONG_WATERMARK_SECONDS and not long_ok:
+        raise _fail(
+            where, seconds,
+            f"a watermark above {LONG_WATERMARK_SECONDS:.0f} seconds hides every document that "
+            "long; set feed.long_watermark = true if you mean it",
+        )
+
+
+def unknown_keys(settings: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The ``feed.*`` and ``mongodb.*`` keys of ``settings`` this package
+    does not know, each with the closest known key (or None)."""
+    known = {spec.key for spec in SETTINGS.values()}
+    found = []
+    for key in settings:
+        if not isinstance(key, str) or not key.startswith(("feed.", "mongodb.")):
+            continue
+        if key in known or key in HOST_MONGODB_KEYS:
+            continue
+        if key.startswith("mongodb.") and key.endswith("_collection"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        found.append((key, close[0] if close else None))
+    return found
+
+
+def warn_unknown_keys(settings: Mapping[str, Any]) -> None:
+    """Log a warning for each unknown ``feed.*``/``mongodb.*`` key."""
+    for key, close in unknown_keys(settings):
+        hint = f"; did you mean {close!r}?" if close else ""
+        log.warning("Unknown setting %r is ignored%s", key, hint)
 
 
 def parse_positive_int(where: str, value: str, upper: int | None = None) -> int:
@@ -286,6 +349,7 @@ def parse_settings(
     :raises pyramid.exceptions.ConfigurationError: for a missing or bad value.
     """
     env: Mapping[str, str] = environ if environ is not None else {}
+    warn_unknown_keys(settings)
 
     def raw(name: str) -> tuple[str, str]:
         where, value = _raw(name, settings, env)
@@ -303,8 +367,13 @@ def parse_settings(
         raise _fail(
             default_where, default_value, f"expected at most feed.max_limit ({max_limit})"
         )
+    long_watermark = parse_bool(*raw("long_watermark"))
+    watermark_where, watermark_value = raw("watermark_seconds")
+    watermark_seconds = parse_watermark(watermark_where, watermark_value)
+    check_watermark_length(watermark_where, watermark_seconds, long_watermark)
     return FeedSettings(
         uri=uri,
+        long_watermark=long_watermark,
         db_name=db_name,
         read_preference=parse_choice(*raw("read_preference"), READ_PREFERENCES),
         write_concern=parse_write_concern(*raw("write_concern")),
@@ -312,7 +381,7 @@ def parse_settings(
         server_selection_timeout_ms=parse_positive_int(
             *raw("server_selection_timeout_ms"), upper=600_000
         ),
-        watermark_seconds=parse_watermark(*raw("watermark_seconds")),
+        watermark_seconds=watermark_seconds,
         route_prefix=route_prefix,
         default_limit=default_limit,
         max_limit=max_limit,

@@ -7,20 +7,25 @@ filter beyond the scope equality, and the store never sees HTTP.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlencode
 
 from cornice import Service
+from pymongo.errors import PyMongoError
 from pyramid.config import Configurator
-from pyramid.exceptions import ConfigurationError
+from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
 from .offset import compose_offset
 from .orders import COMMIT, COMMITTED_TS, HIDDEN, ORDERS, PUBLIC_MODIFIED, FeedOrder, positions_name
 from .params import FeedParams, ParamError, parse_params
+from .restricted import ItemPolicy, ItemView
 
 DISCRIMINATOR = "openprocurement_feed.feed"
+#: The discriminator prefix of a feed's path: two feeds on one path conflict.
+PATH_DISCRIMINATOR = "openprocurement_feed.feed-path"
 #: The ``request.environ`` key where the feed view leaves the number of items
 #: of the page it rendered (read by the metrics tween, :mod:`.metrics`).
 ITEMS_KEY = "openprocurement_feed.items"
@@ -49,6 +54,8 @@ class FeedDefinition:
     scope_field: str | None = None
     permission: str | None = None
     order: str = "watermark"
+    #: how items are shown, and to whom (:mod:`.restricted`)
+    policy: ItemPolicy = ItemPolicy()
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
@@ -109,8 +116,9 @@ def render_page(
     """
     fields = tuple(feed.default_fields) + params.opt_fields
     next_offset, prev_offset = page_offsets(rows, params.raw_offset, order)
+    render = feed.policy.renderer(request, render_item) if feed.policy.active else render_item
     body: dict[str, Any] = {
-        "data": [render_item(row, fields) for row in rows if HIDDEN not in row],
+        "data": [render(row, fields) for row in rows if HIDDEN not in row],
         "next_page": page_link(request, params.link_params(next_offset)),
     }
     if params.descending or params.raw_offset:
@@ -155,7 +163,8 @@ def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
         store = request.feed_store
         rows = store.feed_page(
             store.feed_collection(feed.collection),
-            feed.default_fields + params.opt_fields,  # only what the page shows
+            # only what the page shows, and what the item policy reads
+            feed.policy.projection(feed.default_fields + params.opt_fields),
             offset=params.offset,
             mode=params.mode,
             descending=params.descending,
@@ -181,6 +190,11 @@ def add_feed(
     scope_field: str | None = None,
     permission: str | None = None,
     order: str | None = None,
+    restricted: bool = False,
+    owner_fields: Sequence[str] = ("owner",),
+    safe_fields: Sequence[str] = ("dateModified",),
+    masks: Mapping[str, Any] | None = None,
+    item_view: ItemView | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -197,18 +211,32 @@ def add_feed(
     :param order: ``"watermark"`` or ``"commit"`` (default: ``feed.order``);
         a commit-ordered feed needs a sequencer (``openprocurement-feed
         sequence`` or ``feed.sequencer = thread``).
+    :param restricted: honour ``config.restricted`` on the documents: a
+        restricted item shows only ``id``, ``"restricted": true`` and the
+        ``safe_fields`` to everyone but its owner (:mod:`.restricted`).
+    :param owner_fields: the document fields holding the owner's user id
+        (compared with ``request.authenticated_userid``).
+    :param safe_fields: the fields a restricted item shows to everyone.
+    :param masks: field → the value a restricted item shows instead.
+    :param item_view: ``item_view(request, row, fields) -> dict``: the
+        host's rendering of the items shown in full.
 
-    Registering the same ``name`` twice is a configuration conflict.
+    Registering the same ``name`` twice, or two feeds on the same path, is a
+    configuration conflict reported at the callers' lines.
     """
     settings = config.registry.feed_settings
     path = (path or name).strip("/")
     if scope and "{" + scope + "}" not in path:
-        raise ValueError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
+        raise ConfigurationError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
     order = order or settings.order
     if order not in ORDERS:
         raise ConfigurationError(
             f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}"
         )
+    try:
+        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"add_feed({name!r}): {error}") from None
     feed = FeedDefinition(
         name=name,
         path=path,
@@ -219,10 +247,12 @@ def add_feed(
         scope_field=scope_field,
         permission=permission,
         order=order,
+        policy=policy,
     )
+    full_path = f"{settings.route_prefix}/{feed.path}"
     service = Service(
         name=feed_route_name(name),
-        path=f"{settings.route_prefix}/{feed.path}",
+        path=full_path,
         description=f"The {name} feed",
     )
     service.add_view(
@@ -232,22 +262,63 @@ def add_feed(
         permission=permission,
         renderer="json",
     )
+    registry = config.registry
+    claim(config, (DISCRIMINATOR, name))
+    claim(config, (PATH_DISCRIMINATOR, route_shape(full_path)))
     config.add_cornice_service(service)
-    config.registry.feed_definitions[name] = feed
+    registry.feed_definitions[name] = feed
 
-    def create_indexes() -> None:
-        store = config.registry.feed_store
-        scope_fields = [feed.filter_field] if feed.filter_field else []
-        try:
-            store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
-            if feed.order == COMMIT:
-                store.ensure_feed_indexes(
-                    store.collection(positions_name(feed.collection)), scope_fields, COMMITTED_TS
-                )
-        except Exception as error:  # the feed works without them, only slower
-            log.warning(
-                "Could not create the indexes of feed %r: %s", name, error
-            )
+    def start() -> None:
+        store = registry.feed_store
+        check = getattr(store, "check_collection", None)
+        if check is not None:
+            check(feed.collection)
+        create_indexes(store, feed)
+        log.info(
+            "Feed %r: GET %s, collection %r, %s order, W = %s s%s", name, full_path,
+            feed.collection, feed.order, settings.watermark_seconds,
+            ", restricted" if policy.restricted else "",
+        )
 
-    config.action((DISCRIMINATOR, name), create_indexes, introspectables=())
+    config.action(None, start, order=5)
     return feed
+
+
+def claim(config: Configurator, discriminator: tuple[str, str]) -> None:
+    """Claim a feed name or path for the current ``add_feed`` call.
+
+    Pyramid lets an outer configuration override what an include
+    registered; a feed registered twice is a mistake wherever the two calls
+    are (``feed.resources`` and ``add_feed``, two includes), so a second
+    claim raises a :class:`ConfigurationConflictError` at once, naming the
+    feed and pointing at both callers' lines.
+    """
+    claims = config.registry.__dict__.setdefault("feed_claims", {})
+    info = config.action_info
+    if discriminator in claims:
+        raise ConfigurationConflictError({discriminator: [claims[discriminator], info]})
+    claims[discriminator] = info
+
+
+def route_shape(path: str) -> str:
+    """``path`` with every ``{param}`` blanked: two paths of one shape match
+    the same URLs."""
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def create_indexes(store: Any, feed: FeedDefinition) -> None:
+    """Create the feed's indexes. The feed works without them, only slower:
+    a database refusal (or a database out of reach) is a warning; any other
+    error is a programming error and stops start-up."""
+    scope_fields = [feed.filter_field] if feed.filter_field else []
+    try:
+        store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
+        if feed.order == COMMIT:
+            store.ensure_feed_indexes(
+                # beside the documents, in the store's database (not the host's
+                # collection accessor: the package owns that collection)
+                store.db.get_collection(positions_name(feed.collection)), scope_fields,
+                COMMITTED_TS,
+            )
+    except PyMongoError as error:
+        log.warning("Could not create the indexes of feed %r: %s", feed.name, error)

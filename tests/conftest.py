@@ -1,59 +1,26 @@
 """Shared fixtures: one real database server for the whole run.
 
-The embedded SecantusDB server is started once per session; with
+The server, the per-test database and the settings come from the package's
+testing kit (:mod:`openprocurement_feed.testing`), as a host's tests get
+them: the embedded SecantusDB server is started once per session; with
 ``MONGODB_URI`` set, that server (a MongoDB replica set) is used instead.
 Every test gets a database of its own, dropped afterwards.
 """
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any, Callable, Iterator
 
 import pytest
-from pymongo import MongoClient
 
-#: The watermark the tests run with: on, short, and waited for.
-TEST_WATERMARK = 0.2
+pytest.register_assert_rewrite("openprocurement_feed.testing")
 
+from openprocurement_feed.testing import TEST_WATERMARK, wait_watermark  # noqa: E402
 
-@pytest.fixture(scope="session")
-def mongodb_uri() -> Iterator[str]:
-    """The URI of a running database server."""
-    uri = os.environ.get("MONGODB_URI")
-    if uri:
-        yield uri
-        return
-    from openprocurement_feed.embedded import EmbeddedServer
-
-    with EmbeddedServer() as server:
-        yield server.uri
-
-
-@pytest.fixture(scope="session")
-def mongo_client(mongodb_uri: str) -> Iterator[MongoClient]:
-    client: MongoClient = MongoClient(mongodb_uri, serverSelectionTimeoutMS=5000)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def db_name(mongo_client: MongoClient) -> Iterator[str]:
-    """A fresh database name, dropped after the test."""
-    name = "test_" + uuid.uuid4().hex[:12]
-    yield name
-    mongo_client.drop_database(name)
-
-
-@pytest.fixture
-def settings(mongodb_uri: str, db_name: str) -> dict[str, str]:
-    """Ini settings of an app on the test server, watermark on."""
-    return {
-        "mongodb.uri": mongodb_uri,
-        "mongodb.db_name": db_name,
-        "feed.watermark_seconds": str(TEST_WATERMARK),
-    }
+#: The package's own testing kit: mongodb_uri, mongo_client, db_name, settings.
+pytest_plugins = ["openprocurement_feed.testing"]
+__all__ = ["TEST_WATERMARK", "wait_watermark"]
 
 
 @pytest.fixture(autouse=True)
@@ -65,11 +32,6 @@ def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
                  "MONGODB_WRITE_CONCERN", "MONGODB_READ_CONCERN",
                  "MONGODB_SERVER_SELECTION_TIMEOUT_MS", "FEED_ORDER", "FEED_SEQUENCER"):
         monkeypatch.delenv(name, raising=False)
-
-
-def wait_watermark(seconds: float = TEST_WATERMARK) -> None:
-    """Sleep until writes made before now are older than the watermark."""
-    time.sleep(seconds + 0.1)
 
 
 @pytest.fixture

@@ -43,12 +43,14 @@ def test_include_registers_settings_store_and_request_property(settings: dict[st
 def test_double_include_reuses_the_store(settings: dict[str, str]) -> None:
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")
-    store = config.registry.feed_store
+    feed_settings = config.registry.feed_settings
     config.include("openprocurement_feed")
     config.add_feed("tenders")
     app = config.make_wsgi_app()
-    assert app.registry.feed_store is store
+    assert app.registry.feed_settings is feed_settings
+    store = app.registry.feed_store
     TestApp(app).get("/api/2.5/tenders")
+    assert TestApp(app).app.registry.feed_store is store
     store.close()
 
 
@@ -56,10 +58,8 @@ def test_same_feed_twice_is_a_configuration_conflict(settings: dict[str, str]) -
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")
     config.add_feed("tenders")
-    config.add_feed("tenders", path="other")
     with pytest.raises(ConfigurationConflictError):
-        config.commit()
-    config.registry.feed_store.close()
+        config.add_feed("tenders", path="other")
 
 
 def test_bad_setting_stops_start_up(settings: dict[str, str]) -> None:
@@ -77,9 +77,8 @@ def test_missing_uri_stops_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_scope_must_appear_in_the_path(settings: dict[str, str]) -> None:
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")
-    with pytest.raises(ValueError, match="lacks the scope"):
+    with pytest.raises(ConfigurationError, match="lacks the scope"):
         config.add_feed("submissions", scope="frameworkID")
-    config.registry.feed_store.close()
 
 
 def test_feeds_listed_in_settings_and_custom_collection(settings: dict[str, str]) -> None:
@@ -172,7 +171,6 @@ def test_a_bad_feed_order_is_a_configuration_error(settings: dict[str, str]) -> 
     config.include("openprocurement_feed")
     with pytest.raises(ConfigurationError, match="add_feed\\('tenders'\\): invalid order 'sideways'"):
         config.add_feed("tenders", order="sideways")
-    config.registry.feed_store.close()
 
 
 def test_per_feed_order_and_the_thread_sequencer(settings: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ FEED_FIELDS = ("dateCreated", "mode", "status", "tenderID", "title")
 #: Keys a client may not set: they belong to the store or the API.
 RESERVED = frozenset(
     {"id", "_id", "_rev", "dateModified", "dateCreated", "public_modified",
-     "public_ts", "is_public", "is_test"}
+     "public_ts", "is_public", "is_test", "owner"}
 )
 STATUSES = ("draft", "active", "complete", "cancelled", "unsuccessful", "deleted")
 TRANSIENT_RETRIES = 5
@@ -122,6 +122,10 @@ def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | Non
     (503 by the extension's error view)."""
     store: FeedStore = request.feed_store
     for attempt in range(TRANSIENT_RETRIES):
+        # Each attempt stamps dateModified afresh (save_data stamps the
+        # request's time): a retry after a competing commit must not write
+        # an older dateModified than that commit's.
+        request.feed_now = datetime.now(timezone.utc)
         try:
             with store.client.start_session() as session:
                 with session.start_transaction():
@@ -151,6 +155,8 @@ def create_tender(request: Request) -> dict[str, Any]:
     stamp = now_iso()
     tender = dict(data, _id=uuid.uuid4().hex, dateCreated=stamp, dateModified=stamp)
     tender.setdefault("status", "active")
+    if request.authenticated_userid is not None:
+        tender["owner"] = request.authenticated_userid
     store: FeedStore = request.feed_store
     collection = store.collection(COLLECTION)
     saved = in_transaction(

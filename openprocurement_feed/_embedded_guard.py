@@ -1,0 +1,55 @@
+"""Run the embedded server and remove its throwaway folder when it exits.
+
+Run by path (standard library only, so it starts fast and never imports the
+package) by :class:`openprocurement_feed.embedded.EmbeddedServer`::
+
+    python _embedded_guard.py FOLDER -- secantusd-py --storage-path FOLDER ...
+
+It starts the server as its child, forwards SIGTERM and SIGINT to it, waits
+for it and then removes ``FOLDER``. The guard dies with the process that
+started it (``PR_SET_PDEATHSIG`` on Linux), so the folder goes away however
+that process ends: a normal exit, SIGINT, or a SIGTERM that Python does not
+handle (``pserve`` stopped by systemd or docker, ``--reload``).
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import signal
+import subprocess
+import sys
+from types import FrameType
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """Run ``argv[2:]`` and remove ``argv[0]`` when it exits."""
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: _embedded_guard.py FOLDER -- COMMAND...", file=sys.stderr)
+        return 2
+    folder, command = argv[0], argv[2:]
+    linux = sys.platform.startswith("linux")
+    child = subprocess.Popen(command, preexec_fn=die_with_parent if linux else None)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    try:
+        return child.wait()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

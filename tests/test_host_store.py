@@ -1,0 +1,190 @@
+"""Bring your own store: the upstream-shaped host app of ``examples/`` serves
+its feeds through its own store and client, over HTTP, in both orders; a
+store or accessor that does not fit fails at configuration time."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from pymongo import MongoClient
+from pyramid.config import Configurator
+from pyramid.exceptions import ConfigurationError
+
+from openprocurement_feed.testing import crawl, get_json, wait_visible
+from upstream_example import BROKER, load_example, post, served_example
+
+
+@pytest.fixture(params=["watermark", "commit"])
+def host(request: pytest.FixtureRequest, settings: dict[str, str]) -> Iterator[tuple[Any, str]]:
+    """The example host app in one feed order, served on loopback: (app, base URL)."""
+    with served_example(settings, request.param) as served:
+        yield served
+
+def ids_of(url: str, path: str, headers: dict[str, str] | None = None, query: str = "") -> list[str]:
+    return [item["id"] for item in crawl(url, path, headers, query)]
+
+
+def test_the_host_store_serves_unscoped_and_scoped_feeds(host: tuple[Any, str]) -> None:
+    app, url = host
+    store = app.registry.mongodb
+    # One client: the feed reads through the host's store and its client.
+    assert app.registry.feed_store.store is store
+    assert app.registry.feed_store.client is store.connection
+    assert app.registry.feed_embedded is None
+    # The mixin's numbers come from the feed settings.
+    assert (store.watermark_seconds, store.max_limit) == (0.2, 1000)
+    tenders = [post(app, "/tenders", {"title": f"t{n}"}, BROKER)["id"] for n in range(5)]
+    in_a = [post(app, "/frameworks/a/submissions", {"n": n})["id"] for n in range(3)]
+    in_b = [post(app, "/frameworks/b/submissions", {"n": n})["id"] for n in range(2)]
+    wait_visible(lambda: ids_of(url, "/api/2.5/tenders", query="limit=2"), tenders)
+    assert sorted(ids_of(url, "/api/2.5/tenders", query="limit=2")) == sorted(tenders)
+    wait_visible(lambda: ids_of(url, "/api/2.5/submissions"), in_a + in_b)
+    scoped = crawl(url, "/api/2.5/frameworks/a/submissions", query="limit=1&opt_fields=status")
+    assert sorted(item["id"] for item in scoped) == sorted(in_a)
+    status, page = get_json(f"{url}/api/2.5/frameworks/a/submissions?limit=1")
+    assert status == 200
+    assert page["next_page"]["path"].startswith("/api/2.5/frameworks/a/submissions?")
+    # The save contract ran through the host's store: upstream's fields.
+    doc = store.tenders.collection.find_one({"_id": tenders[0]})
+    assert doc["dateModified"] and doc["dateCreated"] and doc["_rev"].startswith("1-")
+    assert doc["is_public"] is True and doc["is_test"] is False
+
+
+class PlainStore:
+    """A store without the mixin."""
+
+    def __init__(self, client: MongoClient, db_name: str) -> None:
+        self.database = client[db_name]
+
+    def list(self, collection: Any, fields: Any) -> list[Any]:
+        return []
+
+
+def test_a_store_without_the_mixin_fails_at_configuration_time(
+    settings: dict[str, str], mongo_client: MongoClient
+) -> None:
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError) as caught:
+        config.set_feed_store(PlainStore(mongo_client, settings["mongodb.db_name"]))
+    message = str(caught.value)
+    for name in ("PlainStore", "feed_page", "feed_order", "ensure_feed_indexes",
+                 "watermark_seconds", "FeedStoreMixin"):
+        assert name in message
+
+
+def test_an_accessor_returning_another_collection_fails_at_commit(
+    settings: dict[str, str]
+) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: store.database["elsewhere"])
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationError, match="returned the collection 'elsewhere' for 'tenders'"):
+            config.commit()
+    finally:
+        store.close()
+
+
+def test_an_accessor_returning_no_collection_fails_at_commit(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: name)
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationError, match="returned str for 'tenders'"):
+            config.commit()
+    finally:
+        store.close()
+
+
+def test_set_feed_store_twice_is_a_conflict(settings: dict[str, str]) -> None:
+    from pyramid.exceptions import ConfigurationConflictError
+
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store)
+        config.set_feed_store(store)
+        with pytest.raises(ConfigurationConflictError):
+            config.commit()
+    finally:
+        store.close()
+
+
+def test_a_programming_error_in_index_creation_stops_start_up(settings: dict[str, str]) -> None:
+    from pyramid.exceptions import ConfigurationExecutionError
+
+    example = load_example()
+
+    class Broken(example.MongodbStore):  # type: ignore[name-defined,misc]
+        def ensure_feed_indexes(self, collection: Any, scope_fields: Any = (), key: Any = None) -> Any:
+            raise AttributeError("'Broken' object has no attribute 'feed_collection'")
+
+    store = Broken(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store)
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationExecutionError, match="feed_collection"):
+            config.commit()
+    finally:
+        store.close()
+
+
+def test_a_database_refusal_in_index_creation_is_a_warning(
+    settings: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from pymongo.errors import OperationFailure
+
+    example = load_example()
+
+    class Refused(example.MongodbStore):  # type: ignore[name-defined,misc]
+        def ensure_feed_indexes(self, collection: Any, scope_fields: Any = (), key: Any = None) -> Any:
+            raise OperationFailure("not authorized to create indexes", code=13)
+
+    store = Refused(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store)
+        config.add_feed("tenders")
+        config.commit()
+        assert "Could not create the indexes of feed 'tenders'" in caplog.text
+    finally:
+        store.close()
+
+
+def test_a_store_assigned_to_the_registry_is_served_or_refused(settings: dict[str, str],
+                                                                 mongo_client: MongoClient) -> None:
+    """Assigning the host's store to ``registry.feed_store`` after the
+    include (what a host tried first) works like ``set_feed_store``; a store
+    without the mixin fails at commit, not with a 500 per request."""
+    from webtest import TestApp
+
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.registry.feed_store = store
+        config.add_feed("tenders")
+        app = config.make_wsgi_app()
+        assert app.registry.feed_store.store is store
+        assert TestApp(app).get("/api/2.5/tenders").json["data"] == []
+    finally:
+        store.close()
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.registry.feed_store = PlainStore(mongo_client, settings["mongodb.db_name"])
+    config.add_feed("tenders")
+    with pytest.raises(ConfigurationError, match="PlainStore lacks feed_page"):
+        config.commit()

@@ -1,0 +1,199 @@
+"""Restricted objects over HTTP: nothing of a restricted object leaks to
+anyone but its owner, through any parameter or link, and a crawler still
+gets every restricted object's id and position."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+from urllib.parse import quote
+
+import pytest
+
+from openprocurement_feed.testing import crawl, get_json, wait_visible
+from upstream_example import BROKER, OTHER, post, served_example
+
+SECRET = "secret-defence-title"
+ALL_FIELDS = "title,owner,config,status,tenderID,public_modified,dateCreated"
+
+
+@pytest.fixture(scope="module", params=["watermark", "commit"])
+def restricted_host(request: pytest.FixtureRequest, mongodb_uri: str) -> Iterator[dict[str, Any]]:
+    """The example host app with 3 open and 3 restricted tenders (owned by
+    ``broker``) and, in framework ``f``, one open and one restricted
+    submission; shared by the module's tests (they only read)."""
+    import uuid
+
+    from pymongo import MongoClient
+
+    from openprocurement_feed.testing import make_settings
+
+    db_name = "test_" + uuid.uuid4().hex[:12]
+    with served_example(make_settings(mongodb_uri, db_name), request.param) as (app, url):
+        open_ids, secret_ids = [], []
+        for number in range(6):
+            restricted = number % 2 == 1
+            data: dict[str, Any] = {"title": f"{SECRET}-{number}" if restricted else f"open-{number}",
+                                    "tenderID": f"UA-{number}"}
+            if restricted:
+                data["config"] = {"restricted": True}
+            tender = post(app, "/tenders", data, BROKER)
+            (secret_ids if restricted else open_ids).append(tender["id"])
+        open_sub = post(app, "/frameworks/f/submissions", {"title": "open-sub"}, BROKER)["id"]
+        secret_sub = post(app, "/frameworks/f/submissions",
+                          {"title": f"{SECRET}-sub", "config": {"restricted": True}}, BROKER)["id"]
+        everything = open_ids + secret_ids
+        wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], everything)
+        wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/frameworks/f/submissions")],
+                     [open_sub, secret_sub])
+        yield {"url": url, "open": open_ids, "secret": secret_ids, "open_sub": open_sub,
+               "secret_sub": secret_sub, "order": request.param}
+    client: MongoClient = MongoClient(mongodb_uri)
+    client.drop_database(db_name)
+    client.close()
+
+
+def assert_no_leak(body: Any) -> None:
+    """No secret title, owner or config anywhere in a response body."""
+    text = json.dumps(body)
+    assert SECRET not in text
+    for item in body.get("data", []) if isinstance(body, dict) else []:
+        if item.get("restricted"):
+            assert set(item) <= {"id", "restricted", "dateModified"}, item
+
+
+QUERIES = [
+    f"opt_fields={ALL_FIELDS}",
+    f"opt_fields={ALL_FIELDS}&mode=_all_",
+    f"opt_fields={ALL_FIELDS}&descending=1",
+    f"opt_fields={ALL_FIELDS}&descending=1&limit=1",
+    f"opt_fields={ALL_FIELDS}&limit=1",
+    f"opt_fields={ALL_FIELDS}&mode=test",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("who", ["anonymous", "other"])
+def test_nothing_restricted_leaks_to_others(restricted_host: dict[str, Any], query: str, who: str) -> None:
+    headers = OTHER if who == "other" else None
+    url = restricted_host["url"]
+    items = crawl(url, "/api/2.5/tenders", headers, query)
+    # Every page body and link, both directions, followed to the end.
+    status, body = get_json(f"{url}/api/2.5/tenders?{query}", headers)
+    assert status == 200
+    assert_no_leak(body)
+    if "prev_page" in body:
+        status, back = get_json(url + body["prev_page"]["path"], headers)
+        assert status == 200
+        assert_no_leak(back)
+    for item in items:
+        assert_no_leak({"data": [item]})
+    if "mode=test" in query:
+        assert items == []
+        return
+    shown = {item["id"]: item for item in items}
+    # Nothing lost: every restricted id is there, as id, restricted, dateModified only.
+    assert set(restricted_host["secret"]) <= set(shown)
+    for tender_id in restricted_host["secret"]:
+        assert set(shown[tender_id]) == {"id", "restricted", "dateModified"}
+        assert shown[tender_id]["restricted"] is True
+    for tender_id in restricted_host["open"]:
+        assert shown[tender_id]["title"].startswith("open-")
+        assert shown[tender_id]["owner"] == "broker"
+
+
+def test_the_owner_sees_everything(restricted_host: dict[str, Any]) -> None:
+    items = crawl(restricted_host["url"], "/api/2.5/tenders", BROKER, f"opt_fields={ALL_FIELDS}")
+    shown = {item["id"]: item for item in items}
+    for tender_id in restricted_host["secret"]:
+        item = shown[tender_id]
+        assert item["title"].startswith(SECRET)
+        assert item["owner"] == "broker"
+        assert item["config"] == {"restricted": True}
+        assert "restricted" not in item
+
+
+def test_the_scoped_feed_hides_restricted_submissions(restricted_host: dict[str, Any]) -> None:
+    url = restricted_host["url"]
+    query = "opt_fields=status,owner,title&limit=1"
+    anonymous = {i["id"]: i for i in crawl(url, "/api/2.5/frameworks/f/submissions", None, query)}
+    assert set(anonymous) == {restricted_host["open_sub"], restricted_host["secret_sub"]}
+    assert set(anonymous[restricted_host["secret_sub"]]) == {"id", "restricted", "dateModified"}
+    assert anonymous[restricted_host["open_sub"]]["owner"] == "broker"
+    owner = {i["id"]: i for i in crawl(url, "/api/2.5/frameworks/f/submissions", BROKER, query)}
+    assert owner[restricted_host["secret_sub"]]["owner"] == "broker"
+    unscoped = crawl(url, "/api/2.5/submissions", None, "opt_fields=owner,frameworkID")
+    assert_no_leak({"data": unscoped})
+    assert {i["id"] for i in unscoped} == set(anonymous)
+
+
+def test_an_anonymous_crawler_loses_nothing(restricted_host: dict[str, Any]) -> None:
+    """Forward in small pages, then backwards: every id, in one order, once."""
+    url = restricted_host["url"]
+    forward = [i["id"] for i in crawl(url, "/api/2.5/tenders", None, "limit=1")]
+    assert sorted(forward) == sorted(restricted_host["open"] + restricted_host["secret"])
+    status, first = get_json(f"{url}/api/2.5/tenders?descending=1&limit=2")
+    backward = [i["id"] for i in first["data"]]
+    path = first["next_page"]["path"]
+    while True:
+        status, page = get_json(url + path)
+        assert status == 200
+        if not page["data"]:
+            break
+        backward += [i["id"] for i in page["data"]]
+        path = page["next_page"]["path"]
+    assert backward == forward[::-1]
+
+
+@pytest.mark.parametrize("bad", ["offset=garbage", "limit=x", "offset=" + quote(SECRET)])
+def test_error_bodies_carry_nothing(restricted_host: dict[str, Any], bad: str) -> None:
+    status, body = get_json(f"{restricted_host['url']}/api/2.5/tenders?opt_fields=title&{bad}")
+    assert status in (400, 404)
+    assert body["status"] == "error"
+    text = json.dumps(body)
+    for tender_id in restricted_host["secret"]:
+        assert tender_id not in text
+    assert "broker" not in text
+
+
+def test_restriction_arguments_are_checked(settings: dict[str, str]) -> None:
+    from pyramid.config import Configurator
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError, match="add_feed\\('tenders'\\): owner_fields .* string 'owner'"):
+        config.add_feed("tenders", restricted=True, owner_fields="owner")
+    with pytest.raises(ConfigurationError, match="needs at least one owner field"):
+        config.add_feed("tenders", restricted=True, owner_fields=())
+    with pytest.raises(ConfigurationError, match="item_view must be callable"):
+        config.add_feed("tenders", item_view="nope")  # type: ignore[arg-type]
+
+
+def test_masks_and_item_view(demo_app: Any, settings: dict[str, str]) -> None:
+    """A mask replaces a requested field of a restricted item for others;
+    ``item_view`` renders the items shown in full."""
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed.testing import save_in_the_past
+
+    def item_view(request: Any, row: dict[str, Any], fields: Any) -> dict[str, Any]:
+        return {"id": row["_id"], "shown": sorted(name for name in fields if name in row)}
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.add_feed("tenders", allowed_fields=("title",), restricted=True,
+                    masks={"title": "Hidden"}, item_view=item_view)
+    app = config.make_wsgi_app()
+    store = demo_app.app.registry.feed_store
+    try:
+        secret, plain = save_in_the_past(store, store.collection("tenders"), [
+            {"title": SECRET, "config": {"restricted": True}, "owner": "broker"},
+            {"title": "plain"},
+        ])
+        data = TestApp(app).get("/api/2.5/tenders?opt_fields=title").json["data"]
+        assert data[0] == {"id": secret["_id"], "restricted": True, "title": "Hidden",
+                           "dateModified": secret["dateModified"]}
+        assert data[1] == {"id": plain["_id"], "shown": ["dateModified", "title"]}
+    finally:
+        app.registry.feed_store.close()
