@@ -8,6 +8,8 @@
   ``mongodb.uri = embedded://``; its handle is ``registry.feed_embedded``);
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
   ``feed.resources``;
+* the URL-bytes tween (:mod:`.tweens`): a path or query string that is not
+  UTF-8 gets a JSON 400 (404 for an undecodable ``offset``), never a 500;
 * JSON error views: 409 for a write conflict, 503 while the database is
   unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
   commit-ordered feed has no checkpoint yet;
@@ -28,6 +30,7 @@ from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.request import Request
+from pyramid.tweens import INGRESS
 
 from .database import ConflictError, FeedStore, FeedStoreMixin
 from .errors import (
@@ -40,6 +43,7 @@ from .offset import InvalidOffset, Offset, compose_offset, compose_position, par
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
+from .tweens import TWEEN_NAME
 from .views import FeedDefinition, add_feed
 
 __all__ = [
@@ -141,6 +145,7 @@ def includeme(config: Configurator) -> None:
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,
     # registry.feed_metrics, the metrics view and the feed tween; before the
     # database starts, so a missing prometheus_client fails start-up cleanly.
