@@ -25,6 +25,10 @@
 """
 from __future__ import annotations
 
+# First, before Pyramid is imported: in the command-line process only, it
+# filters the import-time warning of a dependency (see .quiet).
+from . import quiet as _quiet  # noqa: F401, I001
+
 import os
 from typing import Any
 
