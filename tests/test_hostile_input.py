@@ -78,7 +78,8 @@ class HostileApp:
         from webtest import TestApp
 
         from openprocurement_feed.demo import includeme
-        from openprocurement_feed.demo.tenders import FEED_FIELDS
+        from openprocurement_feed.demo.resources import TENDERS
+        FEED_FIELDS = TENDERS.feed_fields
 
         config = Configurator(settings=settings)
         config.include(includeme)
