@@ -86,11 +86,11 @@ def item_count(rng: random.Random) -> int:
     """How many items an object holds: mostly a few, sometimes dozens,
     rarely hundreds (the long tail that makes real objects big)."""
     draw = rng.random()
-    if draw < 0.75:
+    if draw < 0.80:
         return rng.randint(1, 5)
-    if draw < 0.95:
-        return rng.randint(10, 60)
-    return rng.randint(150, 350)
+    if draw < 0.98:
+        return rng.randint(10, 40)
+    return rng.randint(100, 300)
 
 
 def address(rng: random.Random) -> dict[str, Any]:

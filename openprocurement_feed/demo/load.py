@@ -22,7 +22,7 @@ from . import documents
 Target = Union[str, tuple[str, str]]
 #: Seconds of one patch besides the write delay (HTTP and the database), a
 #: conservative figure for sizing the writer pool.
-PATCH_OVERHEAD_SECONDS = 0.02
+PATCH_OVERHEAD_SECONDS = 0.05
 #: The most writer threads :func:`writers_for_rate` asks for.
 MAX_WRITERS = 64
 
