@@ -220,3 +220,18 @@ def test_errors_are_json(demo_app: Any, method: str, path: str, status: int, nam
     assert response.content_type == "application/json"
     assert response.json["status"] == "error"
     assert response.json["errors"][0]["name"] == name
+
+
+def test_parallel_first_creates_of_a_day_get_distinct_ids(demo_app: Any) -> None:
+    """The per-day counter is created by whichever create comes first; the
+    others take the next values (no 500, no duplicate)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create(_: int) -> Any:
+        return demo_app.post_json(PLANS, {"data": {}}, expect_errors=True)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        responses = list(pool.map(create, range(16)))
+    assert [response.status_int for response in responses] == [201] * 16
+    ids = {response.json["data"]["planID"] for response in responses}
+    assert len(ids) == 16

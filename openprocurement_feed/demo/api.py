@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from pymongo import ReturnDocument
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
 from pyramid.config import Configurator
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPMethodNotAllowed
 from pyramid.request import Request
@@ -176,10 +176,23 @@ def public_id(store: FeedStore, resource: Resource, moment: datetime) -> str:
     upstream does: a write that fails leaves a gap, never a duplicate.
     """
     day = moment.strftime("%Y-%m-%d")
-    counter = store.collection(COUNTERS).find_one_and_update(
-        {"_id": f"{resource.name}-{day}"}, {"$inc": {"value": 1}},
-        upsert=True, return_document=ReturnDocument.AFTER,
-    )
+    counters = store.collection(COUNTERS)
+    counter = None
+    for _ in range(TRANSIENT_RETRIES):
+        # Two first creates of a day race to insert the counter: the loser
+        # gets a duplicate key (or, on the embedded server, no document)
+        # and takes the next value from the winner's counter.
+        try:
+            counter = counters.find_one_and_update(
+                {"_id": f"{resource.name}-{day}"}, {"$inc": {"value": 1}},
+                upsert=True, return_document=ReturnDocument.AFTER,
+            )
+        except DuplicateKeyError:
+            counter = None
+        if counter is not None:
+            break
+    if counter is None:
+        raise ConflictError(f"the {resource.id_field} counter is being created by other requests")
     return f"{resource.id_prefix}-{day}-{counter['value']:06d}-a{resource.id_suffix}"
 
 
