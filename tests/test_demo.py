@@ -6,9 +6,9 @@ import time
 from typing import Any
 
 import pytest
+from conftest import wait_watermark
 from pyramid.exceptions import ConfigurationError
 
-from conftest import wait_watermark
 from openprocurement_feed.demo import main
 from openprocurement_feed.demo.settings import parse_delay
 

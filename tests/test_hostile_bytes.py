@@ -20,7 +20,9 @@ from typing import Any, Iterator
 from urllib.parse import quote_from_bytes
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from webob import Request
 
 from openprocurement_feed.tweens import path_error, query_error

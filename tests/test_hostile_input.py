@@ -10,7 +10,9 @@ Properties (hypothesis, bounded):
   through pymongo command monitoring (the only user string allowed in a
   filter is the scope value of a scoped feed, taken from the URL path);
 * the demo API answers every body with valid JSON, 201/200 or 422, and what
-  it acknowledged reads back unchanged; the feed still renders afterwards.
+  it acknowledged reads back unchanged (server-owned fields such as ``id``
+  and ``tenderID`` are ignored: the server's values are kept); the feed
+  still renders afterwards.
 """
 from __future__ import annotations
 

@@ -27,7 +27,6 @@ from .options import (
     watermark_seconds,
 )
 
-
 #: A status line warns when the achieved rate is below this share of the asked.
 SHORTFALL = 0.9
 

@@ -28,7 +28,7 @@ from .api import add_error_views, add_resource_routes
 from .resources import CONTRACTS, PLANS, RESOURCES, TENDERS, Resource
 from .settings import DemoSettings, DemoStats, parse_demo_settings
 
-__all__ = ["DemoSettings", "RESOURCES", "Resource", "includeme", "main", "parse_demo_settings"]
+__all__ = ["RESOURCES", "DemoSettings", "Resource", "includeme", "main", "parse_demo_settings"]
 
 
 def includeme(config: Configurator) -> None:

@@ -18,7 +18,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from pymongo import ReturnDocument
-from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
+from pymongo.errors import (
+    ConnectionFailure,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+)
 from pyramid.config import Configurator
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPMethodNotAllowed
 from pyramid.request import Request

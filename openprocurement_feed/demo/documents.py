@@ -178,7 +178,7 @@ def tender(rng: random.Random, mode: str | None = None) -> dict[str, Any]:
     status = rng.choice(statuses)
     start = _started(rng)
     count = item_count(rng)
-    lots = []
+    lots: list[dict[str, Any]] = []
     if method == "open" and count > 1 and rng.random() < 0.4:
         lots = [
             {"id": hex_id(rng), "title": words(rng, 4), "description": words(rng, 10),

@@ -12,14 +12,14 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 import requests
 
 from . import documents
 
 #: What a writer patches: a tender id, or ``(resource, id)``.
-Target = Union[str, tuple[str, str]]
+Target = str | tuple[str, str]
 #: Seconds of one patch besides the write delay (HTTP and the database), a
 #: conservative figure for sizing the writer pool.
 PATCH_OVERHEAD_SECONDS = 0.05
