@@ -12,6 +12,8 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -27,6 +29,8 @@ from .options import (
     watermark_seconds,
 )
 
+#: Parallel clients that create the sample objects.
+SEED_CLIENTS = 4
 #: A status line warns when the achieved rate is below this share of the asked.
 SHORTFALL = 0.9
 
@@ -161,8 +165,17 @@ def seed(server: Any, args: argparse.Namespace) -> list[tuple[str, str]]:
         existing = collection.estimated_document_count()
         if existing < count:
             tender_ids = [target for kind, target in targets if kind == "tenders"]
-            create_objects(api, resource, count - existing, seed=args.seed * 10 + number,
-                           tender_ids=tender_ids)
+            missing = count - existing
+            shares = [missing // SEED_CLIENTS + (1 if part < missing % SEED_CLIENTS else 0)
+                      for part in range(SEED_CLIENTS)]
+            with ThreadPoolExecutor(max_workers=SEED_CLIENTS) as pool:
+                futures = [
+                    pool.submit(create_objects, api, resource, share,
+                                seed=(args.seed * 10 + number) * 100 + part, tender_ids=tender_ids)
+                    for part, share in enumerate(shares) if share
+                ]
+                for future in futures:
+                    future.result()
         targets += [(resource, doc["_id"]) for doc in collection.find({}, {"_id": 1})]
     return targets
 
@@ -227,7 +240,13 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         print("Seeding tenders, plans and contracts...", file=sys.stderr, flush=True)
+        seeding = time.monotonic()
         targets = seed(server, args)
+        kinds = Counter(kind for kind, _ in targets)
+        print(f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "
+              f"{kinds['contracts']} contracts ({time.monotonic() - seeding:.1f} s); "
+              f"{count} writers for {args.rate:g} patches/s",
+              file=sys.stderr, flush=True)
         if args.rate > 0:
             writers = start_writers(api, targets, args, count)
         meter = RateMeter(args.rate) if writers else None
