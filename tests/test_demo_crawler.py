@@ -2,16 +2,17 @@
 
 The crawler here is not the project's reference client: it behaves the way
 crawlers of the public openprocurement API do. It is given a base URL; per
-resource (``tenders`` and ``plans``) it walks the feed with ``descending=1``
-back to the start, then goes forward from the first page's ``prev_page``
-offset, asks for ``opt_fields=procuringEntity`` on tenders to keep one
-region, and fetches each changed object with ``GET /{resource}/{id}``.
+resource (``tenders`` and ``plans``, and ``contracts`` as many do) it walks
+the feed with ``descending=1`` back to the start, then goes forward from the
+first page's ``prev_page`` offset, asks for ``opt_fields=procuringEntity``
+on tenders to keep one region, and fetches each changed object with
+``GET /{resource}/{id}``.
 
 The demo is served over real HTTP on loopback, seeded with real-shaped
-tenders and plans, while writers patch both (transactions held open 5-40 ms,
-so writes commit out of stamp order). After the writers stop, the crawler
-must end holding every object it keeps at its latest version — in either
-feed order.
+tenders, plans and contracts, while writers patch all three (transactions
+held open 5-40 ms, so writes commit out of stamp order). After the writers
+stop, the crawler must end holding every object it keeps at its latest
+version — in either feed order.
 """
 from __future__ import annotations
 
@@ -28,10 +29,13 @@ from openprocurement_feed.demo.server import DemoServer
 
 pytestmark = pytest.mark.timeout(120)
 
+#: What the crawler syncs: tenders and plans, and contracts as many do.
+RESOURCES = ("tenders", "plans", "contracts")
+
 
 @dataclass
 class RegionCrawler:
-    """Syncs tenders of one region and every plan from ``base_url``."""
+    """Syncs tenders of one region, every plan and every contract from ``base_url``."""
 
     base_url: str
     region: str
@@ -54,7 +58,7 @@ class RegionCrawler:
         return response.json()
 
     def wanted(self, resource: str, item: dict[str, Any]) -> bool:
-        """Tenders of the region (read from the feed item), every plan."""
+        """Tenders of the region (read from the feed item), every plan and contract."""
         if resource != "tenders":
             return True
         return item.get("procuringEntity", {}).get("address", {}).get("region") == self.region
@@ -115,10 +119,11 @@ def latest(server: DemoServer, resource: str, region: str | None = None) -> dict
     return {doc["_id"]: doc["dateModified"] for doc in collection.find(query, {"dateModified": 1})}
 
 
-def test_a_public_api_crawler_syncs_tenders_and_plans_while_writers_patch(demo: DemoServer) -> None:
+def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_patch(demo: DemoServer) -> None:
     api = demo.api_url
     tenders = create_objects(api, "tenders", 40, seed=11)
     plans = create_objects(api, "plans", 20, seed=12)
+    contracts = create_objects(api, "contracts", 10, seed=13, tender_ids=tenders)
     regions = Counter(
         doc["procuringEntity"]["address"]["region"]
         for doc in demo.registry.feed_store.collection("tenders").find({"is_public": True})
@@ -126,18 +131,19 @@ def test_a_public_api_crawler_syncs_tenders_and_plans_while_writers_patch(demo: 
     region, in_region = regions.most_common(1)[0]
     assert in_region >= 2 and len(regions) >= 2, regions  # the filter keeps some, drops some
 
-    targets = [("tenders", one) for one in tenders] + [("plans", one) for one in plans]
+    targets = ([("tenders", one) for one in tenders] + [("plans", one) for one in plans]
+               + [("contracts", one) for one in contracts])
     writers = [PatchWriter(api, targets, rate=20, seed=number, name=f"writer-{number}")
                for number in range(3)]
     for writer in writers:
         writer.start()
     crawler = RegionCrawler(api, region)
     try:
-        for resource in ("tenders", "plans"):
+        for resource in RESOURCES:
             crawler.backward(resource)
         until = time.monotonic() + 3
         while time.monotonic() < until:  # forward while the writers patch
-            for resource in ("tenders", "plans"):
+            for resource in RESOURCES:
                 crawler.step(resource)
             time.sleep(0.05)
     finally:
@@ -146,10 +152,11 @@ def test_a_public_api_crawler_syncs_tenders_and_plans_while_writers_patch(demo: 
         for writer in writers:
             writer.join(timeout=10)
     assert sum(writer.stats.patches for writer in writers) > 20
-    assert {target[0] for writer in writers for target in writer.ids} == {"tenders", "plans"}
+    assert {target[0] for writer in writers for target in writer.ids} == set(RESOURCES)
     assert sum(writer.stats.errors for writer in writers) == 0
 
-    expected = {"tenders": latest(demo, "tenders", region), "plans": latest(demo, "plans")}
+    expected = {"tenders": latest(demo, "tenders", region), "plans": latest(demo, "plans"),
+                "contracts": latest(demo, "contracts")}
     deadline = time.monotonic() + 20
 
     def holds() -> dict[str, dict[str, str]]:
@@ -162,6 +169,7 @@ def test_a_public_api_crawler_syncs_tenders_and_plans_while_writers_patch(demo: 
         time.sleep(0.1)
     assert holds() == expected, "the crawler ended without every object at its latest version"
     assert len(expected["tenders"]) == in_region and len(expected["plans"]) == len(plans)
+    assert len(expected["contracts"]) == len(contracts)
     for doc in crawler.store["tenders"].values():  # the full object, real-shaped
         assert doc["procuringEntity"]["address"]["region"] == region
         assert doc["tenderID"].startswith("UA-") and doc["items"][0]["classification"]["scheme"] == "ДК021"
