@@ -27,8 +27,9 @@ from __future__ import annotations
 
 # First, before Pyramid is imported: in the command-line process only, it
 # filters the import-time warning of a dependency (see .quiet).
-from . import quiet as _quiet  # noqa: F401, I001
+from . import quiet as _quiet  # noqa: F401
 
+# isort: split
 import os
 from typing import Any
 
@@ -43,8 +44,14 @@ from .errors import (
     feed_not_ready_view,
     query_timeout_view,
 )
-from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
+from .offset import (
+    InvalidOffset,
+    Offset,
+    compose_offset,
+    compose_position,
+    parse_offset,
+)
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
 from .tweens import TWEEN_NAME
