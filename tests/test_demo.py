@@ -220,6 +220,8 @@ def test_errors_are_json(demo_app: Any, method: str, path: str, status: int, nam
     assert response.content_type == "application/json"
     assert response.json["status"] == "error"
     assert response.json["errors"][0]["name"] == name
+    if status == 405:
+        assert "GET" in response.headers["Allow"]
 
 
 def test_parallel_first_creates_of_a_day_get_distinct_ids(demo_app: Any) -> None:
