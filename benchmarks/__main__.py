@@ -6,7 +6,8 @@ throughput), ``sync`` (a full sync by the reference crawler), ``sequencer``
 (the commit-ordered feed: sequencer throughput and catch-up, commit-to-visible
 delay beside the watermark's, a commit page's cost beside a watermark page's),
 ``metrics`` (a feed page with the Prometheus metrics on against off),
-``load`` (sustained load: crawlers and writers at once). Without a part,
+``load`` (sustained load: crawlers and writers at once), ``demo-rate`` (the
+patch rate the demo API reaches with real-shaped documents). Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer`` and ``metrics`` run
 (``make bench``); ``make load`` runs ``load``.
 """
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load",), default="all",
+    parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load", "demo-rate"), default="all",
                         help="what to measure (default: every part but load)")
     parser.add_argument("--docs", type=document_count, default=3000,
                         help="sample tenders for cost, plans, sync, metrics and the sequencer's "
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(default: %(default)s)")
     sequencer.add_argument("--delay-rate", type=positive_float, default=70.0, metavar="RATE",
                            help="patches per second of the delay figure (default: %(default)s)")
+    demo = parser.add_argument_group("demo-rate")
+    demo.add_argument("--patch-rate", type=positive_float, default=60.0, metavar="RATE",
+                      help="patches per second asked of the demo (default: %(default)s; "
+                           "--write-seconds per case)")
     load = parser.add_argument_group("load")
     load.add_argument("--duration", type=positive_float, default=60.0,
                       help="seconds of load (default: %(default)s)")
@@ -72,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import load
 
         return load.run(args.duration, args.crawlers, args.writers, args.tenders, args.write_rate)
+    if args.part == "demo-rate":
+        from . import demo_rate
+
+        demo_rate.run(rate=args.patch_rate, seconds=args.write_seconds)
+        return 0
     parts = PARTS if args.part == "all" else (args.part,)
     for part in parts:
         started = time.monotonic()

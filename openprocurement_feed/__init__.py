@@ -13,6 +13,8 @@
   (:mod:`.stores`: then no client of ours and no embedded server);
 * the ``config.add_feed(...)`` directive, and one feed per name listed in
   ``feed.resources``; one log line per feed at start-up;
+* the URL-bytes tween (:mod:`.tweens`): a path or query string that is not
+  UTF-8 gets a JSON 400 (404 for an undecodable ``offset``), never a 500;
 * JSON error views: 409 for a write conflict, 503 while the database is
   unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
   commit-ordered feed has no checkpoint yet;
@@ -28,6 +30,11 @@
 """
 from __future__ import annotations
 
+# First, before Pyramid is imported: in the command-line process only, it
+# filters the import-time warning of a dependency (see .quiet).
+from . import quiet as _quiet  # noqa: F401
+
+# isort: split
 import os
 import traceback
 from datetime import datetime, timezone
@@ -35,6 +42,7 @@ from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.request import Request
+from pyramid.tweens import INGRESS
 
 from .database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .errors import (
@@ -43,11 +51,18 @@ from .errors import (
     feed_not_ready_view,
     query_timeout_view,
 )
-from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
+from .offset import (
+    InvalidOffset,
+    Offset,
+    compose_offset,
+    compose_position,
+    parse_offset,
+)
 from .orders import COMMIT, FeedNotReady
 from .settings import FeedSettings, parse_settings
 from .stores import HostStore, apply_numbers, set_feed_store
+from .tweens import TWEEN_NAME
 from .views import FeedDefinition, add_feed
 
 __all__ = [
@@ -193,6 +208,7 @@ def includeme(config: Configurator) -> None:
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,
     # registry.feed_metrics, the metrics view and the feed tween; before the
     # database starts, so a missing prometheus_client fails start-up cleanly.

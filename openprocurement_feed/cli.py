@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import Sequence
 
+from .quiet import quiet_dependency_warnings
+
 #: Subcommand modules under openprocurement_feed.commands, in --help order.
 COMMANDS = ("run", "sequence", "race", "check", "monitor", "sync", "explain")
 
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand; returns the exit status."""
+    quiet_dependency_warnings()  # also when called as a function
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -37,7 +37,8 @@ def alive(pid: int) -> bool:
 def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [str(SCRIPT), "run", "--port", str(port), "--tenders", "5", "--rate", "4", "--watermark", "0.3"],
+        [str(SCRIPT), "run", "--port", str(port), "--tenders", "5", "--plans", "3", "--contracts", "2",
+         "--rate", "4", "--watermark", "0.3", "--status-every", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     url = f"http://127.0.0.1:{port}/api/2.5/tenders"
@@ -54,6 +55,16 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
                 pass
             time.sleep(0.2)
         assert body is not None and body["data"], "the feed served data within 10 s"
+        for resource, count in (("plans", 3), ("contracts", 2)):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(url.replace("tenders", resource), timeout=2) as response:
+                    if len(json.load(response)["data"]) == count:
+                        break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"the {resource} feed did not show the {count} seeded objects")
+        time.sleep(1.5)  # a status line
         database = children(process.pid)
         assert database, "the embedded database runs as a child process"
     finally:
@@ -62,6 +73,10 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
     assert process.returncode == 0, err
     assert url in out
     assert url + "-watermark" in out, "the same tenders in the other order are served too"
+    for resource in ("plans", "contracts"):
+        assert url.replace("tenders", resource) + "?descending=1" in out
+    assert "asked 4/s, achieved" in err, err
+    assert "pkg_resources" not in err
     assert "Traceback" not in err
     time.sleep(0.5)
     assert not [pid for pid in database if alive(pid)], "no orphaned database process"
@@ -97,3 +112,57 @@ def test_missing_embedded_server_says_which_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(embedded, "EXECUTABLE", "no-such-secantusd")
     with pytest.raises(embedded.EmbeddedServerError, match=r"openprocurement_feed\[embedded\]"):
         embedded.EmbeddedServer().start()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["check", "--help"], ["run", "--help"]])
+def test_cli_output_has_no_dependency_warning(argv: list[str]) -> None:
+    result = subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "usage: openprocurement-feed" in result.stdout
+    assert result.stderr == ""
+
+
+def test_the_filter_does_not_hide_the_users_warnings() -> None:
+    """The same message raised by other code (here ``__main__``) still shows
+    in the command's process; a plain import of the package is left alone."""
+    code = (
+        "import sys, warnings; sys.argv = ['openprocurement-feed']; import openprocurement_feed; "
+        "warnings.warn('pkg_resources is deprecated as an API (mine)', UserWarning)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "(mine)" in result.stderr
+    assert "pyramid" not in result.stderr
+    plain = subprocess.run([sys.executable, "-W", "default", "-c", "import openprocurement_feed"],
+                           capture_output=True, text=True, timeout=60)
+    assert "pkg_resources is deprecated" in plain.stderr, "a host application still sees it"
+
+
+def test_writers_for_rate_covers_the_write_delay() -> None:
+    from openprocurement_feed.demo.load import PATCH_OVERHEAD_SECONDS, writers_for_rate
+
+    assert writers_for_rate(0, (5, 40)) == 0
+    assert writers_for_rate(5, (0, 0)) == 1
+    for rate, delay in ((60, (5, 40)), (160, (0, 0)), (72, (5, 40)), (30, (100, 300))):
+        count = writers_for_rate(rate, delay)
+        per_writer = 1 / ((delay[0] + delay[1]) / 2000 + PATCH_OVERHEAD_SECONDS)
+        assert count * per_writer >= 1.5 * rate, (rate, delay, count)
+    assert writers_for_rate(100_000, (5, 40)) == 64
+
+
+def test_status_line_says_asked_and_achieved() -> None:
+    from types import SimpleNamespace
+
+    from openprocurement_feed.commands.run import RateMeter, status_line
+
+    writers = [SimpleNamespace(stats=SimpleNamespace(patches=0)) for _ in range(3)]
+    meter = RateMeter(60.0)
+    meter.last_time -= 10  # ten seconds ago
+    for writer in writers:
+        writer.stats.patches = 200  # 600 patches in 10 s: 60/s
+    line = status_line(10.0, writers, None, None, meter)
+    assert "600 patches written by 3 writers; asked 60/s, achieved 60.0/s" in line
+    assert "below" not in line
+    meter.last_time -= 10
+    writers[0].stats.patches += 100  # 100 in 10 s: 10/s
+    line = status_line(20.0, writers, None, None, meter)
+    assert "asked 60/s, achieved 10." in line and "below the rate asked" in line

@@ -56,14 +56,14 @@ def test_before_the_first_checkpoint_the_feed_answers_503(settings: dict[str, st
 
 
 def test_offsets_are_positions_and_pages_follow_commit_order(commit_app: TestApp) -> None:
-    ids = [commit_app.post_json(FEED, {"data": {"title": f"t{n}"}}).json["data"]["id"] for n in range(5)]
-    commit_app.patch_json(f"{FEED}/{ids[0]}", {"data": {"title": "t0 again"}})
+    ids = [commit_app.post_json(FEED, {"data": {"next_check": f"t{n}"}}).json["data"]["id"] for n in range(5)]
+    commit_app.patch_json(f"{FEED}/{ids[0]}", {"data": {"next_check": "t0 again"}})
     wait_sequenced(commit_app.app.registry.feed_store.db)
-    body = commit_app.get(FEED + "?limit=2&opt_fields=title").json
+    body = commit_app.get(FEED + "?limit=2&opt_fields=next_check").json
     assert is_position_offset(body["next_page"]["offset"])
-    items = crawl(commit_app, FEED + "?limit=2&opt_fields=title")
+    items = crawl(commit_app, FEED + "?limit=2&opt_fields=next_check")
     assert [item["id"] for item in items] == ids[1:] + [ids[0]], "ordered by commit, the patch last"
-    assert items[-1]["title"] == "t0 again"
+    assert items[-1]["next_check"] == "t0 again"
     newest_first = commit_app.get(FEED + "?descending=1").json
     assert [item["id"] for item in newest_first["data"]] == [ids[0]] + ids[1:][::-1]
     assert set(newest_first["data"][0]) == {"id", "dateModified"}
@@ -174,19 +174,19 @@ def test_a_host_write_that_replaces_the_whole_document_keeps_it_in_the_feed(comm
     """The sequencer's data lives beside the documents: a replace that knows
     nothing of it cannot erase the document's position."""
     store = commit_app.app.registry.feed_store
-    tender = commit_app.post_json(FEED, {"data": {"title": "original"}}).json["data"]
-    commit_app.post_json(FEED, {"data": {"title": "other"}})
+    tender = commit_app.post_json(FEED, {"data": {"next_check": "original"}}).json["data"]
+    commit_app.post_json(FEED, {"data": {"next_check": "other"}})
     wait_sequenced(store.db)
     first = commit_app.get(FEED).json
     assert len(first["data"]) == 2
     raw = store.collection("tenders").find_one({"_id": tender["id"]})
-    replacement = {key: value for key, value in raw.items() if key not in ("title",)}
-    replacement.update(title="replaced by the host", _rev="2-host")
+    replacement = {key: value for key, value in raw.items() if key not in ("next_check",)}
+    replacement.update(next_check="replaced by the host", _rev="2-host")
     store.collection("tenders").replace_one({"_id": tender["id"]}, replacement)
     wait_sequenced(store.db)
-    after = commit_app.get(FEED + "?opt_fields=title&offset=" + first["next_page"]["offset"]).json
+    after = commit_app.get(FEED + "?opt_fields=next_check&offset=" + first["next_page"]["offset"]).json
     assert [item["id"] for item in after["data"]] == [tender["id"]], "it comes again, at its new position"
-    assert after["data"][0]["title"] == "replaced by the host"
+    assert after["data"][0]["next_check"] == "replaced by the host"
 
 
 def test_a_hidden_document_moves_the_offset_on_and_is_not_shown(commit_app: TestApp) -> None:

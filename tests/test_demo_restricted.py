@@ -8,15 +8,15 @@ from typing import Any
 from conftest import wait_watermark
 
 OWNER = {"REMOTE_USER": "broker"}
-FIELDS = "opt_fields=title,status,tenderID,mode,dateCreated,public_modified"
+FIELDS = "opt_fields=procuringEntity,status,tenderID,mode,dateCreated,public_modified"
 
 
 def test_a_restricted_tender_shows_three_fields_to_others(demo_app: Any) -> None:
     secret = demo_app.post_json(
-        "/api/2.5/tenders", {"data": {"title": "secret", "config": {"restricted": True}}},
+        "/api/2.5/tenders", {"data": {"procuringEntity": {"name": "secret"}, "config": {"restricted": True}}},
         extra_environ=OWNER,
     ).json["data"]
-    plain = demo_app.post_json("/api/2.5/tenders", {"data": {"title": "plain"}},
+    plain = demo_app.post_json("/api/2.5/tenders", {"data": {"procuringEntity": {"name": "plain"}}},
                                extra_environ=OWNER).json["data"]
     assert secret["owner"] == "broker"
     wait_watermark()
@@ -24,12 +24,12 @@ def test_a_restricted_tender_shows_three_fields_to_others(demo_app: Any) -> None
         data = {item["id"]: item for item in demo_app.get(f"/api/2.5/tenders?{query}").json["data"]}
         assert data[secret["id"]] == {"id": secret["id"], "restricted": True,
                                       "dateModified": secret["dateModified"]}
-        assert data[plain["id"]]["title"] == "plain"
+        assert data[plain["id"]]["procuringEntity"]["name"] == "plain"
         other = demo_app.get(f"/api/2.5/tenders?{query}",
                              extra_environ={"REMOTE_USER": "someone"}).json["data"]
         assert "secret" not in str(other)
     mine = demo_app.get(f"/api/2.5/tenders?{FIELDS}", extra_environ=OWNER).json["data"]
-    assert {item["id"]: item for item in mine}[secret["id"]]["title"] == "secret"
+    assert {item["id"]: item for item in mine}[secret["id"]]["procuringEntity"]["name"] == "secret"
 
 
 def test_a_client_cannot_set_the_owner(demo_app: Any) -> None:

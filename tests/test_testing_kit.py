@@ -30,11 +30,11 @@ def test_make_settings_and_the_factory(feed_settings_factory: Callable[..., dict
 
 def test_documents_saved_in_the_past_are_visible_at_once(demo_app: TestApp, store: Any) -> None:
     saved = save_in_the_past(store, store.collection("tenders"),
-                             [{"title": "a"}, {"title": "b"}, {"title": "c", "status": "draft"}])
+                             [{"tenderID": "a"}, {"tenderID": "b"}, {"tenderID": "c", "status": "draft"}])
     stamps = [doc["public_modified"] for doc in saved]
     assert stamps == sorted(stamps) and stamps[0] < time.time() - 3000
-    data = demo_app.get("/api/2.5/tenders?opt_fields=title").json["data"]  # no wait
-    assert [item["title"] for item in data] == ["a", "b"]
+    data = demo_app.get("/api/2.5/tenders?opt_fields=tenderID").json["data"]  # no wait
+    assert [item["tenderID"] for item in data] == ["a", "b"]
 
 
 def test_wait_visible_over_http_and_its_failure(demo_app: TestApp) -> None:

@@ -1,8 +1,9 @@
 """``openprocurement-feed run``: the demo API with a live feed on one machine.
 
-Starts the embedded database, serves the demo API, seeds sample tenders and
-keeps a background writer patching them so the feed moves. Ctrl-C stops the
-writer, the HTTP server and the database.
+Starts the embedded database, serves the demo API, seeds real-shaped tenders,
+plans and contracts and keeps background writers patching all three at the
+asked rate, so the feeds move. The status line says the rate asked and the
+rate achieved. Ctrl-C stops the writers, the HTTP server and the database.
 """
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from pyramid.exceptions import ConfigurationError
 
@@ -24,6 +28,11 @@ from .options import (
     positive_int,
     watermark_seconds,
 )
+
+#: Parallel clients that create the sample objects.
+SEED_CLIENTS = 4
+#: A status line warns when the achieved rate is below this share of the asked.
+SHORTFALL = 0.9
 
 
 def add_parser(subparsers: Any) -> None:
@@ -49,6 +58,9 @@ def add_parser(subparsers: Any) -> None:
         help="background patches per second, 0 for none (default: %(default)s)",
     )
     parser.add_argument("--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)")
+    parser.add_argument("--plans", type=positive_int, default=20, help="sample plans to create (default: %(default)s)")
+    parser.add_argument("--contracts", type=positive_int, default=20, help="sample contracts to create (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the sample documents (default: %(default)s)")
     parser.add_argument(
         "--write-delay", type=delay_range, default="0", metavar="MS",
         help="ms a write stays open after its stamp: 0, 20 or a range 5-40 (default: %(default)s)",
@@ -81,16 +93,47 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def status_line(elapsed: float, writer: Any, sequencer: Any, registry: Any = None) -> str:
-    """The periodic status: patches written, the sequencer's progress and
-    each feed's verdict with its measured lag (the health view's figures)."""
+@dataclass
+class RateMeter:
+    """The patch rate the writers achieved since the last status line,
+    against the rate asked."""
+
+    asked: float
+    last_patches: int = 0
+    last_time: float = field(default_factory=time.monotonic)
+
+    def line(self, writers: Sequence[Any]) -> str:
+        """``N patches written; asked R/s, achieved A/s`` (and a warning
+        when the writers fall short of the rate)."""
+        patches = sum(writer.stats.patches for writer in writers)
+        now = time.monotonic()
+        elapsed = max(now - self.last_time, 1e-9)
+        achieved = (patches - self.last_patches) / elapsed
+        self.last_patches, self.last_time = patches, now
+        text = (f"{patches} patches written by {len(writers)} writers; "
+                f"asked {self.asked:g}/s, achieved {achieved:.1f}/s")
+        if achieved < SHORTFALL * self.asked:
+            text += " (below the rate asked: the API cannot keep up)"
+        return text
+
+
+def status_line(
+    elapsed: float, writer: Any, sequencer: Any, registry: Any = None,
+    meter: RateMeter | None = None,
+) -> str:
+    """The periodic status: patches written (asked and achieved rates), the
+    sequencer's progress and each feed's verdict with its measured lag (the
+    health view's figures). ``writer`` is one writer or a list of them."""
     parts = [f"[{elapsed:6.0f} s]"]
     if registry is not None:
         from ..health import health_report, verdict_line
 
         parts.append("health: " + verdict_line(health_report(registry)))
-    if writer is not None:
-        parts.append(f"{writer.stats.patches} patches written")
+    writers = writer if isinstance(writer, (list, tuple)) else [writer] if writer is not None else []
+    if meter is not None:
+        parts.append(meter.line(writers))
+    elif writers:
+        parts.append(f"{sum(one.stats.patches for one in writers)} patches written")
     if sequencer is not None:
         for follower in sequencer.followers:
             stats = follower.stats
@@ -103,57 +146,136 @@ def status_line(elapsed: float, writer: Any, sequencer: Any, registry: Any = Non
     return parts[0] + " " + "; ".join(parts[1:])
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM ends the process the way Ctrl-C does: through ``finally``."""
-    raise KeyboardInterrupt
+def stop_on_signals(stop: threading.Event) -> None:
+    """Ctrl-C (SIGINT) and SIGTERM (``docker stop``, systemd) set ``stop``.
+
+    The handler only sets the event: the main thread notices it between
+    steps and stops the writers, the HTTP server and the database in order.
+    An exception raised from a signal handler could land inside a driver
+    call or a lock and leave the shutdown waiting on it.
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def seed(server: Any, args: argparse.Namespace, stop: threading.Event | None = None) -> list[tuple[str, str]]:
+    """Create the missing sample objects of each resource; every object's
+    ``(resource, id)``, for the writers. Ends early when ``stop`` is set."""
+    from ..demo.load import create_objects
+
+    store = server.registry.feed_store
+    api = server.api_url
+    wanted = {"tenders": args.tenders, "plans": args.plans, "contracts": args.contracts}
+    targets: list[tuple[str, str]] = []
+    for number, (resource, count) in enumerate(wanted.items()):
+        collection = store.collection(server.registry.feed_settings.collection_name(resource))
+        existing = collection.estimated_document_count()
+        if existing < count:
+            tender_ids = [target for kind, target in targets if kind == "tenders"]
+            missing = count - existing
+            shares = [missing // SEED_CLIENTS + (1 if part < missing % SEED_CLIENTS else 0)
+                      for part in range(SEED_CLIENTS)]
+            with ThreadPoolExecutor(max_workers=SEED_CLIENTS) as pool:
+                futures = [
+                    pool.submit(create_objects, api, resource, share,
+                                seed=(args.seed * 10 + number) * 100 + part, tender_ids=tender_ids,
+                                stop=stop)
+                    for part, share in enumerate(shares) if share
+                ]
+                for future in futures:
+                    future.result()
+        targets += [(resource, doc["_id"]) for doc in collection.find({}, {"_id": 1})]
+    return targets
+
+
+def writer_count(args: argparse.Namespace) -> int:
+    """Enough writer threads to reach ``--rate`` with ``--write-delay``."""
+    from ..demo.load import writers_for_rate
+    from ..demo.settings import parse_delay
+
+    return writers_for_rate(args.rate, parse_delay(args.write_delay, "--write-delay"))
+
+
+def start_writers(
+    api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int
+) -> list[Any]:
+    """``count`` writer threads sharing one schedule at ``--rate``."""
+    from ..demo.load import Pacer, PatchWriter
+
+    pacer = Pacer(args.rate) if count else None
+    writers = [
+        PatchWriter(api, targets, pacer=pacer, seed=args.seed * 1000 + number,
+                    name=f"background-writer-{number}")
+        for number in range(count)
+    ]
+    for writer in writers:
+        writer.start()
+    return writers
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo.load import PatchWriter, create_tenders
     from ..demo.server import DemoServer
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop = threading.Event()
+    stop_on_signals(stop)
     print("Starting the embedded database and the demo API...", file=sys.stderr)
+    count = writer_count(args)
     try:
-        server = DemoServer(_settings(args), host=args.host, port=args.port)
+        # HTTP threads for every writer, and as many again for crawlers.
+        server = DemoServer(_settings(args), host=args.host, port=args.port,
+                            threads=max(8, 2 * count))
     except ConfigurationError as error:
         raise CommandError(str(error)) from None
     except OSError as error:
         raise CommandError(f"cannot listen on {args.host}:{args.port}: {error}") from None
-    writer = None
+    writers: list[Any] = []
     try:
         server.start()
         api = server.api_url
         sequencer = server.registry.feed_sequencer
         if sequencer is not None:
-            sequencer.wait_ready(timeout=30)
+            deadline = time.monotonic() + 30
+            while not (stop.is_set() or sequencer.wait_ready(timeout=0.2)) and time.monotonic() < deadline:
+                pass
         other = "watermark" if args.order == "commit" else "commit"
         print(
-            f"\nDemo API:  {api}/tenders  (POST to create, PATCH {{id}} to change)\n"
-            f"Live feed ({args.order} order): {api}/tenders?descending=1\n"
+            f"\nDemo API:  {api}/{{tenders,plans,contracts}}  (POST to create, PATCH {{id}} to change)\n"
+            f"Live feeds ({args.order} order):\n"
+            f"  {api}/tenders?descending=1\n"
+            f"  {api}/plans?descending=1\n"
+            f"  {api}/contracts?descending=1\n"
             f"Same tenders ({other} order): {api}/tenders-{other}?descending=1\n"
             f"Health: {server.url}{server.registry.feed_settings.health_path}\n"
-            f"Watermark: {args.watermark:g} s; background writer: {args.rate:g} patches/s\n"
+            f"Watermark: {args.watermark:g} s; background writers: {args.rate:g} patches/s asked\n"
             "Press Ctrl-C to stop.\n",
             flush=True,
         )
-        existing = server.registry.feed_store.collection("tenders").estimated_document_count()
-        if existing < args.tenders:
-            create_tenders(api, args.tenders - existing)
-        ids = [doc["_id"] for doc in server.registry.feed_store.collection("tenders").find({}, {"_id": 1})]
-        if args.rate > 0:
-            writer = PatchWriter(api, ids, rate=args.rate, name="background-writer")
-            writer.start()
+        print("Seeding tenders, plans and contracts...", file=sys.stderr, flush=True)
+        seeding = time.monotonic()
+        targets = seed(server, args, stop)
+        kinds = Counter(kind for kind, _ in targets)
+        print(f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "
+              f"{kinds['contracts']} contracts ({time.monotonic() - seeding:.1f} s); "
+              f"{count} writers for {args.rate:g} patches/s",
+              file=sys.stderr, flush=True)
+        if args.rate > 0 and not stop.is_set():
+            writers = start_writers(api, targets, args, count)
+        meter = RateMeter(args.rate) if writers else None
         started = time.monotonic()
-        stop = threading.Event()
         while not stop.wait(args.status_every):
-            print(status_line(time.monotonic() - started, writer, sequencer, server.registry),
-                  file=sys.stderr)
+            print(status_line(time.monotonic() - started, writers, sequencer, server.registry, meter),
+                  file=sys.stderr, flush=True)
+        print("\nStopping...", file=sys.stderr)
     except KeyboardInterrupt:
         print("\nStopping...", file=sys.stderr)
     finally:
-        if writer is not None:
+        for writer in writers:
             writer.stop()
+        for writer in writers:
             writer.join(timeout=5)
         server.close()
     print("Stopped: HTTP server and database are down.", file=sys.stderr)

@@ -1,18 +1,30 @@
-"""Load for the demo API over HTTP: sample tenders and background writers.
+"""Load for the demo API over HTTP: sample objects and background writers.
 
-Used by ``openprocurement-feed run`` (a slow writer so the feed moves) and by
-the race experiment (several fast writers). Needs the ``client`` extra
-(``requests``).
+Used by ``openprocurement-feed run`` (real-shaped tenders, plans and
+contracts, and writers paced to the asked rate so the feeds move) and by the
+race experiment (small and large tenders, several fast writers). Needs the
+``client`` extra (``requests``).
 """
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import requests
+
+from . import documents
+
+#: What a writer patches: a tender id, or ``(resource, id)``.
+Target = str | tuple[str, str]
+#: Seconds of one patch besides the write delay (HTTP and the database), a
+#: conservative figure for sizing the writer pool.
+PATCH_OVERHEAD_SECONDS = 0.05
+#: The most writer threads :func:`writers_for_rate` asks for.
+MAX_WRITERS = 64
 
 WORDS = (
     "supply of medical equipment construction works road repair school "
@@ -36,7 +48,6 @@ def sample_tender(rng: random.Random, large: bool = False, mode: str | None = No
     ]
     data: dict[str, Any] = {
         "title": " ".join(rng.choice(WORDS) for _ in range(5)),
-        "tenderID": f"UA-{rng.randint(2020, 2026)}-{rng.randint(1, 12):02d}-{rng.randint(1, 99999):05d}",
         "value": {"amount": round(rng.uniform(1000, 5_000_000), 2), "currency": "UAH"},
         "items": items,
     }
@@ -62,6 +73,65 @@ def create_tenders(
     return ids
 
 
+def create_objects(
+    base_url: str, resource: str, count: int, seed: int | None = None,
+    tender_ids: Sequence[str] = (), session: requests.Session | None = None,
+    stop: threading.Event | None = None,
+) -> list[str]:
+    """Create ``count`` real-shaped objects of ``resource`` (``tenders``,
+    ``plans``, ``contracts``; :mod:`.documents`) through the API; their ids.
+
+    Contracts refer to a tender of ``tender_ids`` when some are given. When
+    ``stop`` is set, the objects created so far are returned.
+    """
+    rng = random.Random(seed)
+    generate = documents.GENERATORS[resource]
+    http = session or requests.Session()
+    ids = []
+    for _ in range(count):
+        if stop is not None and stop.is_set():
+            break
+        if resource == "contracts" and tender_ids:
+            data = documents.contract(rng, tender_id=rng.choice(list(tender_ids)))
+        else:
+            data = generate(rng)
+        response = http.post(f"{base_url}/{resource}", json={"data": data}, timeout=60)
+        response.raise_for_status()
+        ids.append(response.json()["data"]["id"])
+    return ids
+
+
+def writers_for_rate(rate: float, write_delay_ms: tuple[int, int]) -> int:
+    """How many writer threads reach ``rate`` patches/s when each write is
+    held open ``write_delay_ms`` (low, high): one thread does at most one
+    patch per (mean delay + overhead) seconds; twice that many, for headroom."""
+    if rate <= 0:
+        return 0
+    per_patch = (write_delay_ms[0] + write_delay_ms[1]) / 2000.0 + PATCH_OVERHEAD_SECONDS
+    return max(1, min(MAX_WRITERS, math.ceil(2 * rate * per_patch)))
+
+
+class Pacer:
+    """A shared schedule of patch slots at ``rate`` per second for a pool of
+    writers: each takes the next slot and waits for it. A pool that falls
+    behind does not burst to catch up: slots older than a second are dropped."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self.lock = threading.Lock()
+        self.next_at = time.monotonic()
+
+    def next_slot(self) -> float:
+        """The monotonic time of this caller's next patch."""
+        with self.lock:
+            now = time.monotonic()
+            if self.next_at < now - 1.0:
+                self.next_at = now
+            slot = self.next_at
+            self.next_at += self.interval
+            return slot
+
+
 @dataclass
 class WriterStats:
     """What a writer did: patches acknowledged, errors, and per tender the
@@ -73,20 +143,25 @@ class WriterStats:
 
 
 class PatchWriter(threading.Thread):
-    """Patches random tenders of ``ids`` until stopped.
+    """Patches random objects of ``ids`` until stopped.
 
+    :param ids: tender ids, or ``(resource, id)`` pairs for any resource
+        (patched with a real-shaped change, :func:`.documents.patch`).
     :param rate: patches per second for this writer; 0 means as fast as the
         API answers.
+    :param pacer: a schedule shared with other writers (``rate`` is then
+        ignored: the pool together keeps the pacer's rate).
     """
 
     def __init__(
-        self, base_url: str, ids: list[str], rate: float = 0.0,
-        seed: int | None = None, name: str = "writer",
+        self, base_url: str, ids: Sequence[Target], rate: float = 0.0,
+        seed: int | None = None, name: str = "writer", pacer: Pacer | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.base_url = base_url
-        self.ids = ids
+        self.ids = list(ids)
         self.rate = rate
+        self.pacer = pacer
         self.rng = random.Random(seed)
         self.stats = WriterStats()
         self.stopping = threading.Event()
@@ -97,16 +172,21 @@ class PatchWriter(threading.Thread):
         self.stopping.set()
 
     def patch_once(self) -> None:
-        tender_id = self.rng.choice(self.ids)
-        body = {"data": {"title": " ".join(self.rng.choice(WORDS) for _ in range(5))}}
+        target = self.rng.choice(self.ids)
+        if isinstance(target, str):
+            resource, object_id = "tenders", target
+            body = {"data": {"title": " ".join(self.rng.choice(WORDS) for _ in range(5))}}
+        else:
+            resource, object_id = target
+            body = {"data": documents.patch(resource, self.rng)}
         try:
-            response = self.http.patch(f"{self.base_url}/tenders/{tender_id}", json=body, timeout=30)
+            response = self.http.patch(f"{self.base_url}/{resource}/{object_id}", json=body, timeout=30)
         except requests.RequestException:
             self.stats.errors += 1
             self.stopping.wait(0.2)
             return
         if response.status_code == 200:
-            self.acknowledged(tender_id, response.json()["data"]["dateModified"], time.time())
+            self.acknowledged(object_id, response.json()["data"]["dateModified"], time.time())
         else:
             self.stats.errors += 1
 
@@ -119,8 +199,12 @@ class PatchWriter(threading.Thread):
         interval = 1.0 / self.rate if self.rate > 0 else 0.0
         next_at = time.monotonic()
         while not self.stopping.is_set():
+            if self.pacer is not None:
+                self.stopping.wait(max(0.0, self.pacer.next_slot() - time.monotonic()))
+                if self.stopping.is_set():
+                    break
             self.patch_once()
-            if interval:
+            if interval and self.pacer is None:
                 next_at += interval
                 self.stopping.wait(max(0.0, next_at - time.monotonic()))
         self.http.close()
