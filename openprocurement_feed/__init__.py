@@ -39,6 +39,7 @@ from .errors import (
 from .offset import InvalidOffset, Offset, compose_offset, compose_position, parse_offset
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
 from .orders import COMMIT, FeedNotReady
+from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
 from .views import FeedDefinition, add_feed
 
@@ -137,6 +138,7 @@ def includeme(config: Configurator) -> None:
     config.add_directive("add_feed", add_feed, action_wrap=False)
     if getattr(registry, "feed_store", None) is not None:
         return
+    config.add_renderer(RENDERER, FeedJSONRenderer())
     registry.feed_definitions = {}
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)

@@ -17,8 +17,18 @@ from pyramid.exceptions import ConfigurationError
 from pyramid.request import Request
 
 from .offset import compose_offset
-from .orders import COMMIT, COMMITTED_TS, HIDDEN, ORDERS, PUBLIC_MODIFIED, FeedOrder, positions_name
+from .orders import (
+    COMMIT,
+    COMMITTED_TS,
+    HIDDEN,
+    ORDERS,
+    PUBLIC_MODIFIED,
+    FeedOrder,
+    boundary_ids,
+    positions_name,
+)
 from .params import FeedParams, ParamError, parse_params
+from .renderers import RENDERER
 
 DISCRIMINATOR = "openprocurement_feed.feed"
 #: The ``request.environ`` key where the feed view leaves the number of items
@@ -63,8 +73,8 @@ class FeedDefinition:
 def page_offsets(
     rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None
 ) -> tuple[str, str]:
-    """The ``(next, prev)`` offsets of a page: its last and first rows', in
-    the feed's order (watermark order by default).
+    """The ``(next, prev)`` offsets of a page (sorted in the feed's order,
+    watermark order by default): its last and first rows'.
 
     An empty page echoes the request's offset in both.
     """
@@ -75,8 +85,8 @@ def page_offsets(
     last = rows[-1][key]
     first = rows[0][key]
     return (
-        compose(last, [row["_id"] for row in rows if row.get(key) == last]),
-        compose(first, [row["_id"] for row in rows if row.get(key) == first]),
+        compose(last, boundary_ids(reversed(rows), key, last)),
+        compose(first, boundary_ids(rows, key, first)),
     )
 
 
@@ -95,6 +105,27 @@ def render_item(row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     return item
 
 
+def render_items(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``data`` of a page: :func:`render_item` of every row not marked
+    hidden, in order.
+
+    The loop is :func:`render_item` written out: a Python call per row is a
+    measurable share of a 1000-item page's CPU (``python -m benchmarks cost
+    --profile``). A per-row item policy belongs here, in one place.
+    """
+    items = []
+    append = items.append
+    for row in rows:
+        if HIDDEN in row:
+            continue
+        item = {"id": row["_id"]}
+        for name in fields:
+            if name in row:
+                item[name] = row[name]
+        append(item)
+    return items
+
+
 def render_page(
     request: Request,
     feed: FeedDefinition,
@@ -110,7 +141,7 @@ def render_page(
     fields = tuple(feed.default_fields) + params.opt_fields
     next_offset, prev_offset = page_offsets(rows, params.raw_offset, order)
     body: dict[str, Any] = {
-        "data": [render_item(row, fields) for row in rows if HIDDEN not in row],
+        "data": render_items(rows, fields),
         "next_page": page_link(request, params.link_params(next_offset)),
     }
     if params.descending or params.raw_offset:
@@ -230,7 +261,7 @@ def add_feed(
         feed_view(feed),
         validators=(feed_validator(feed),),
         permission=permission,
-        renderer="json",
+        renderer=RENDERER,
     )
     config.add_cornice_service(service)
     config.registry.feed_definitions[name] = feed
