@@ -7,6 +7,7 @@ filter beyond the scope equality, and the store never sees HTTP.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlencode
@@ -90,10 +91,28 @@ def page_offsets(
     )
 
 
-def page_link(request: Request, params: dict[str, str]) -> dict[str, str]:
-    """A ``{"offset", "path", "uri"}`` link to the current route with ``params``."""
-    path = request.path + "?" + urlencode(params)
-    return {"offset": params["offset"], "path": path, "uri": request.host_url + path}
+#: Characters ``urlencode`` leaves as they are (its ``quote_plus`` safe set).
+PLAIN_QUERY_RE = re.compile(r"[A-Za-z0-9_.~-]*", re.ASCII)
+
+
+def query_string(params: dict[str, str]) -> str:
+    """``urlencode(params)``, byte for byte; without its per-character
+    quoting when nothing needs quoting (offsets, limits and flags never do)."""
+    plain = PLAIN_QUERY_RE.fullmatch
+    for key, value in params.items():
+        if not (plain(key) and plain(value)):
+            return urlencode(params)
+    return "&".join(key + "=" + value for key, value in params.items())
+
+
+def page_link(
+    request: Request, params: dict[str, str], path: str | None = None, host_url: str | None = None
+) -> dict[str, str]:
+    """A ``{"offset", "path", "uri"}`` link to the current route with ``params``
+    (``path`` and ``host_url``: the request's, when the caller has them already)."""
+    path = (request.path if path is None else path) + "?" + query_string(params)
+    return {"offset": params["offset"], "path": path,
+            "uri": (request.host_url if host_url is None else host_url) + path}
 
 
 def render_item(row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
@@ -140,12 +159,15 @@ def render_page(
     """
     fields = tuple(feed.default_fields) + params.opt_fields
     next_offset, prev_offset = page_offsets(rows, params.raw_offset, order)
+    path, host_url = request.path, request.host_url
     body: dict[str, Any] = {
         "data": render_items(rows, fields),
-        "next_page": page_link(request, params.link_params(next_offset)),
+        "next_page": page_link(request, params.link_params(next_offset), path, host_url),
     }
     if params.descending or params.raw_offset:
-        body["prev_page"] = page_link(request, params.link_params(prev_offset, flip=True))
+        body["prev_page"] = page_link(
+            request, params.link_params(prev_offset, flip=True), path, host_url
+        )
     return body
 
 
