@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "the sequencer's page cost (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="cost: also print a cProfile of the in-process requests")
-    parser.add_argument("--iterations", type=positive_int, default=30,
+    parser.add_argument("--iterations", type=positive_int, default=20,
                         help="cost: calls per CPU loop (total process CPU / count) "
                              "(default: %(default)s)")
     parser.add_argument("--rounds", type=positive_int, default=3,

@@ -113,7 +113,10 @@ class PageReader:
         cursor = collection.find(query, projection, sort=sort, limit=limit, session=self.session)
         if self.max_time_ms:
             cursor = cursor.max_time_ms(self.max_time_ms)
-        return list(cursor)
+        # to_list (pymongo >= 4.9) takes each batch whole; iterating pays a
+        # Python call per row (a measurable share of a 1000-item page).
+        to_list = getattr(cursor, "to_list", None)
+        return to_list() if to_list is not None else list(cursor)
 
     def find(self, query: Mapping[str, Any], fields: Iterable[str],
              sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
