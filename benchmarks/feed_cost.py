@@ -77,6 +77,10 @@ class CostRow:
     testapp_cpu_ms: float
     floor_cpu_ms: float = 0.0
     raw_batches_cpu_ms: float = 0.0
+    #: the same three, by the requesting thread's CPU clock
+    raw_thread_ms: float = 0.0
+    testapp_thread_ms: float = 0.0
+    floor_thread_ms: float = 0.0
 
     @property
     def extension_cpu_ms(self) -> float:
@@ -136,13 +140,17 @@ def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]],
     return rows
 
 
-def cpu_per_call(call: Any, iterations: int) -> float:
-    """CPU seconds of this process per call: ``iterations`` calls in a loop,
-    the loop's total :func:`time.process_time` divided by the count."""
-    started = time.process_time()
+def cpu_per_call(call: Any, iterations: int) -> tuple[float, float]:
+    """CPU seconds per call: ``iterations`` calls in a loop, the loop's total
+    :func:`time.process_time` (every thread of this process) and
+    :func:`time.thread_time` (the calling thread only: without the driver's
+    monitor threads and the idle HTTP server of the same process) divided by
+    the count."""
+    process, thread = time.process_time(), time.thread_time()
     for _ in range(iterations):
         call()
-    return (time.process_time() - started) / iterations
+    return ((time.process_time() - process) / iterations,
+            (time.thread_time() - thread) / iterations)
 
 
 def floor_app(body: dict[str, Any], renderer: str) -> Any:
@@ -195,17 +203,25 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
                     wire.append(timed(lambda: http.get(server.url + path).raise_for_status()))
                 floor = floor_app(app.get(path).json, "json")
                 floor.get("/page")
-                raw_cpu, batches_cpu, inproc_cpu, floor_cpu = [], [], [], []
+                ways: dict[str, Any] = {
+                    "raw": lambda: raw_page(client, finds),
+                    "batches": lambda: raw_page(client, finds, True),
+                    "page": lambda: app.get(path),
+                    "floor": lambda: floor.get("/page"),
+                }
+                cpu: dict[str, list[float]] = {name: [] for name in ways}
+                thread: dict[str, list[float]] = {name: [] for name in ways}
                 status(f"feed cost: limit={limit}, CPU: {rounds} rounds of {iterations} calls per way")
                 for _ in range(rounds):
-                    raw_cpu.append(cpu_per_call(lambda: raw_page(client, finds), iterations))
-                    batches_cpu.append(cpu_per_call(lambda: raw_page(client, finds, True), iterations))
-                    inproc_cpu.append(cpu_per_call(lambda: app.get(path), iterations))
-                    floor_cpu.append(cpu_per_call(lambda: floor.get("/page"), iterations))
+                    for name, call in ways.items():
+                        process_seconds, thread_seconds = cpu_per_call(call, iterations)
+                        cpu[name].append(process_seconds)
+                        thread[name].append(thread_seconds)
                 rows.append(CostRow(
                     limit, items, median_ms(raw), median_ms(inproc), median_ms(wire),
-                    median_ms(raw_cpu), median_ms(inproc_cpu), median_ms(floor_cpu),
-                    median_ms(batches_cpu),
+                    median_ms(cpu["raw"]), median_ms(cpu["page"]), median_ms(cpu["floor"]),
+                    median_ms(cpu["batches"]), median_ms(thread["raw"]),
+                    median_ms(thread["page"]), median_ms(thread["floor"]),
                 ))
                 if profile:
                     print_profile(app, path, iterations, limit)
@@ -247,6 +263,15 @@ def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20
             for row in rows
         ],
     )
+    by_thread = table(
+        ["limit", "items", "raw driver CPU ms", "page CPU ms", "extension CPU ms",
+         "Pyramid floor CPU ms"],
+        [
+            [row.limit, row.items, f"{row.raw_thread_ms:.3f}", f"{row.testapp_thread_ms:.3f}",
+             f"{row.testapp_thread_ms - row.raw_thread_ms:.3f}", f"{row.floor_thread_ms:.3f}"]
+            for row in rows
+        ],
+    )
     body = table(
         ["limit", "items", "raw pymongo ms", "TestApp ms", "ratio", "waitress ms", "ratio",
          "extension ms"],
@@ -270,7 +295,10 @@ def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20
         "page = the feed page through WebTest; extension CPU ms = page - raw driver query "
         "(what the extension adds on any server: compare it with the raw query time of your "
         "MongoDB for an indexed page); ext. vs to_list = page - raw to_list; Pyramid floor = the same body returned as a constant "
-        "by a bare Pyramid view with the stock json renderer, through WebTest."
+        "by a bare Pyramid view with the stock json renderer, through WebTest.\n\n"
+        "The same loops by the requesting thread's CPU clock (time.thread_time: without the "
+        "driver's monitor threads and the idle HTTP server of this process, so less noisy):\n"
+        f"{by_thread}"
     )
 
 

@@ -246,3 +246,15 @@ def test_fetch_command_loses_nothing_across_a_kill(mongodb_uri: str, db_name: st
         assert all("title" in obj for obj in objects)  # whole objects
     finally:
         server.close()
+
+
+def test_fetch_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    from openprocurement_feed.cli import main
+
+    url = "http://127.0.0.1:9/api/2.5/tenders"
+    for value in ("0", "-3", "many"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sync", url, "--state", "s", "--fetch", "--fetch-concurrency", value])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "--fetch-concurrency" in err and "Traceback" not in err
