@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools<81" wheel
 
 $(STAMP_RUN): $(BIN)/python setup.py
-	$(BIN)/python -m pip install --quiet -e '.[embedded,client]'
+	$(BIN)/python -m pip install --quiet -e '.[embedded,client,fast]'
 	touch $@
 
 $(STAMP_TEST): $(BIN)/python setup.py

@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "the sequencer's page cost (default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="cost: also print a cProfile of the in-process requests")
+    parser.add_argument("--iterations", type=positive_int, default=20,
+                        help="cost: calls per CPU loop (total process CPU / count) "
+                             "(default: %(default)s)")
+    parser.add_argument("--rounds", type=positive_int, default=3,
+                        help="cost: interleaved CPU loops per way, the median is reported "
+                             "(default: %(default)s)")
     sequencer = parser.add_argument_group("sequencer")
     sequencer.add_argument("--write-seconds", type=positive_float, default=6.0,
                            help="seconds of writes for the throughput and delay figures "
@@ -89,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if part == "cost":
             from . import feed_cost
 
-            feed_cost.run(docs=args.docs, repeat=args.repeat, profile=args.profile)
+            feed_cost.run(docs=args.docs, repeat=args.repeat, profile=args.profile,
+                          iterations=args.iterations, rounds=args.rounds)
         elif part == "plans":
             from . import plans
 

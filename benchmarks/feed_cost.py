@@ -13,24 +13,35 @@ The page is what a crawler asks for: the second page, after the first page's
 ``next_page`` offset (a tie-aware offset, so an inclusive query of
 ``limit + n`` rows). Medians of interleaved runs are reported with the ratio
 to the raw query.
+
+The CPU this process spends per page is measured precisely: ``iterations``
+calls in a loop, the loop's total :func:`time.process_time` divided by the
+count (one call's ``process_time`` moves in coarse steps), in ``rounds``
+rounds that alternate the ways; the median round is reported. Beside the raw
+query and the feed page, the *Pyramid floor* is the same page's JSON body
+returned as a constant by a bare Pyramid view with Pyramid's stock ``json``
+renderer, through WebTest: what any Pyramid view with that body costs. ``--profile`` prints
+where the page's CPU goes (cProfile, by own time and by cumulative time).
 """
 from __future__ import annotations
 
 import cProfile
 import io
 import pstats
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import requests
 from pymongo import MongoClient, monitoring
+from pyramid.config import Configurator
 
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.demo import main
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded import EmbeddedServer
 
-from .common import cpu_timed, median_ms, seed_tenders, status, table, timed
+from .common import median_ms, seed_tenders, status, table, timed
 
 DB_NAME = "bench_feed_cost"
 
@@ -64,6 +75,22 @@ class CostRow:
     http_ms: float
     raw_cpu_ms: float
     testapp_cpu_ms: float
+    floor_cpu_ms: float = 0.0
+    raw_batches_cpu_ms: float = 0.0
+    #: the same three, by the requesting thread's CPU clock
+    raw_thread_ms: float = 0.0
+    testapp_thread_ms: float = 0.0
+    floor_thread_ms: float = 0.0
+
+    @property
+    def extension_cpu_ms(self) -> float:
+        """The page's CPU on top of the raw driver query (``list(cursor)``)."""
+        return self.testapp_cpu_ms - self.raw_cpu_ms
+
+    @property
+    def extension_vs_batches_cpu_ms(self) -> float:
+        """The page's CPU on top of the raw query read with ``to_list()``."""
+        return self.testapp_cpu_ms - self.raw_batches_cpu_ms
 
     @property
     def testapp_ratio(self) -> float:
@@ -95,21 +122,53 @@ def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
     return recorder.finds
 
 
-def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run the captured queries with plain pymongo; the rows of the last."""
+def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]],
+             whole_batches: bool = False) -> list[dict[str, Any]]:
+    """Run the captured queries with plain pymongo; the rows of the last.
+
+    ``list(cursor)`` by default; ``whole_batches``: ``cursor.to_list()``
+    (pymongo >= 4.9), the driver's cheapest way to return the rows, which
+    the feed itself uses."""
     rows: list[dict[str, Any]] = []
     for find in finds:
         collection = client[DB_NAME][find["find"]]
-        rows = list(collection.find(
+        cursor = collection.find(
             find.get("filter", {}), find.get("projection"),
             sort=list(find.get("sort", {}).items()) or None, limit=find.get("limit", 0),
-        ))
+        )
+        rows = cursor.to_list() if whole_batches and hasattr(cursor, "to_list") else list(cursor)
     return rows
 
 
+def cpu_per_call(call: Any, iterations: int) -> tuple[float, float]:
+    """CPU seconds per call: ``iterations`` calls in a loop, the loop's total
+    :func:`time.process_time` (every thread of this process) and
+    :func:`time.thread_time` (the calling thread only: without the driver's
+    monitor threads and the idle HTTP server of the same process) divided by
+    the count."""
+    process, thread = time.process_time(), time.thread_time()
+    for _ in range(iterations):
+        call()
+    return ((time.process_time() - process) / iterations,
+            (time.thread_time() - thread) / iterations)
+
+
+def floor_app(body: dict[str, Any], renderer: str) -> Any:
+    """A bare Pyramid app whose one view returns ``body`` (a constant) with
+    ``renderer``, under WebTest: the floor of any Pyramid JSON page."""
+    from webtest import TestApp
+
+    config = Configurator()
+    config.add_route("page", "/page")
+    config.add_view(lambda request: body, route_name="page", renderer=renderer)
+    return TestApp(config.make_wsgi_app())
+
+
 def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 1000),
-            profile: bool = False) -> list[CostRow]:
-    """Time each page ``repeat`` times per way; print the profile if asked."""
+            profile: bool = False, iterations: int = 20, rounds: int = 3) -> list[CostRow]:
+    """Time each page ``repeat`` times per way, measure the CPU per page over
+    ``rounds`` loops of ``iterations`` calls per way; print the profile if
+    asked."""
     from webtest import TestApp
 
     rows = []
@@ -136,20 +195,36 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
                     raw_page(client, finds)
                     app.get(path)
                     http.get(server.url + path).raise_for_status()
-                raw, inproc, wire, raw_cpu, inproc_cpu = [], [], [], [], []
+                raw, inproc, wire = [], [], []
                 status(f"feed cost: limit={limit}, {repeat} runs of each way ({path})")
                 for _ in range(repeat):
                     raw.append(timed(lambda: raw_page(client, finds)))
-                    raw_cpu.append(cpu_timed(lambda: raw_page(client, finds)))
                     inproc.append(timed(lambda: app.get(path)))
-                    inproc_cpu.append(cpu_timed(lambda: app.get(path)))
                     wire.append(timed(lambda: http.get(server.url + path).raise_for_status()))
+                floor = floor_app(app.get(path).json, "json")
+                floor.get("/page")
+                ways: dict[str, Any] = {
+                    "raw": lambda: raw_page(client, finds),
+                    "batches": lambda: raw_page(client, finds, True),
+                    "page": lambda: app.get(path),
+                    "floor": lambda: floor.get("/page"),
+                }
+                cpu: dict[str, list[float]] = {name: [] for name in ways}
+                thread: dict[str, list[float]] = {name: [] for name in ways}
+                status(f"feed cost: limit={limit}, CPU: {rounds} rounds of {iterations} calls per way")
+                for _ in range(rounds):
+                    for name, call in ways.items():
+                        process_seconds, thread_seconds = cpu_per_call(call, iterations)
+                        cpu[name].append(process_seconds)
+                        thread[name].append(thread_seconds)
                 rows.append(CostRow(
                     limit, items, median_ms(raw), median_ms(inproc), median_ms(wire),
-                    median_ms(raw_cpu), median_ms(inproc_cpu),
+                    median_ms(cpu["raw"]), median_ms(cpu["page"]), median_ms(cpu["floor"]),
+                    median_ms(cpu["batches"]), median_ms(thread["raw"]),
+                    median_ms(thread["page"]), median_ms(thread["floor"]),
                 ))
                 if profile:
-                    print_profile(app, path, repeat, limit)
+                    print_profile(app, path, iterations, limit)
         finally:
             http.close()
             server.close()
@@ -159,26 +234,41 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
 
 
 def print_profile(app: Any, path: str, repeat: int, limit: int) -> None:
-    """cProfile of ``repeat`` in-process requests: where the time goes."""
-    profiler = cProfile.Profile()
+    """cProfile of ``repeat`` in-process requests, timed by this process's
+    CPU clock (the wait for the database is not counted): where the CPU goes."""
+    profiler = cProfile.Profile(time.process_time)  # CPU, not the database's wait
     profiler.enable()
     for _ in range(repeat):
         app.get(path)
     profiler.disable()
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats(18)
-    print(f"\nProfile of {repeat} TestApp requests, limit={limit} (sorted by own time):")
-    print("\n".join(out.getvalue().splitlines()[:40]))
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(30)
+    print(f"\nProfile of {repeat} TestApp requests, limit={limit} "
+          "(sorted by own time, then by cumulative time):")
+    print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
 
 
-def report(rows: Sequence[CostRow], docs: int, repeat: int) -> str:
+def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20,
+           rounds: int = 3) -> str:
     """The figures as tables: wall time with ratios, then client-side CPU."""
     cpu = table(
-        ["limit", "raw pymongo CPU ms", "TestApp CPU ms", "extension CPU ms"],
+        ["limit", "items", "raw driver CPU ms", "raw to_list CPU ms", "page CPU ms",
+         "extension CPU ms", "ext. vs to_list ms", "Pyramid floor CPU ms"],
         [
-            [row.limit, f"{row.raw_cpu_ms:.2f}", f"{row.testapp_cpu_ms:.2f}",
-             f"{row.testapp_cpu_ms - row.raw_cpu_ms:.2f}"]
+            [row.limit, row.items, f"{row.raw_cpu_ms:.3f}", f"{row.raw_batches_cpu_ms:.3f}",
+             f"{row.testapp_cpu_ms:.3f}", f"{row.extension_cpu_ms:.3f}",
+             f"{row.extension_vs_batches_cpu_ms:.3f}", f"{row.floor_cpu_ms:.3f}"]
+            for row in rows
+        ],
+    )
+    by_thread = table(
+        ["limit", "items", "raw driver CPU ms", "page CPU ms", "extension CPU ms",
+         "Pyramid floor CPU ms"],
+        [
+            [row.limit, row.items, f"{row.raw_thread_ms:.3f}", f"{row.testapp_thread_ms:.3f}",
+             f"{row.testapp_thread_ms - row.raw_thread_ms:.3f}", f"{row.floor_thread_ms:.3f}"]
             for row in rows
         ],
     )
@@ -197,14 +287,24 @@ def report(rows: Sequence[CostRow], docs: int, repeat: int) -> str:
         f"ascending crawl, median of {repeat} interleaved runs):\n{body}\n"
         "ratio = that way / raw pymongo query; extension ms = TestApp - raw (parameters, "
         "offset, tie handling, rendering, links, JSON).\n\n"
-        "CPU time of this process per page (the database server's time excluded), median:\n"
-        f"{cpu}\n"
-        "extension CPU ms = what the extension adds on top of the raw query on any server: "
-        "compare it with the raw query time of your MongoDB for an indexed page."
+        f"CPU time of this process per page (the database server's time excluded): "
+        f"{iterations} calls per loop, total process CPU / count, median of {rounds} "
+        f"interleaved rounds:\n{cpu}\n"
+        "raw driver = list(collection.find(...)) of the page's query; raw to_list = the same "
+        "read with cursor.to_list() (whole batches, as the feed reads them); "
+        "page = the feed page through WebTest; extension CPU ms = page - raw driver query "
+        "(what the extension adds on any server: compare it with the raw query time of your "
+        "MongoDB for an indexed page); ext. vs to_list = page - raw to_list; Pyramid floor = the same body returned as a constant "
+        "by a bare Pyramid view with the stock json renderer, through WebTest.\n\n"
+        "The same loops by the requesting thread's CPU clock (time.thread_time: without the "
+        "driver's monitor threads and the idle HTTP server of this process, so less noisy):\n"
+        f"{by_thread}"
     )
 
 
-def run(docs: int = 3000, repeat: int = 30, profile: bool = False) -> None:
+def run(docs: int = 3000, repeat: int = 30, profile: bool = False, iterations: int = 20,
+        rounds: int = 3) -> None:
     """Measure and print."""
-    rows = measure(docs=docs, repeat=repeat, profile=profile)
-    print(report(rows, docs, repeat))
+    rows = measure(docs=docs, repeat=repeat, profile=profile, iterations=iterations,
+                   rounds=rounds)
+    print(report(rows, docs, repeat, iterations, rounds))

@@ -60,6 +60,7 @@ from .offset import (
     parse_offset,
 )
 from .orders import COMMIT, FeedNotReady
+from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
 from .stores import HostStore, apply_numbers, set_feed_store
 from .tweens import TWEEN_NAME
@@ -204,6 +205,7 @@ def includeme(config: Configurator) -> None:
     config.add_directive("set_feed_store", set_feed_store, action_wrap=False)
     if getattr(registry, "feed_settings", None) is not None:
         return
+    config.add_renderer(RENDERER, FeedJSONRenderer())
     registry.feed_definitions = {}
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)

@@ -35,6 +35,7 @@ from .orders import (
     PageReader,
     WatermarkOrder,
     WatermarkReader,
+    boundary_ids,
     now_seconds,
     positions_name,
 )
@@ -378,11 +379,15 @@ class FeedStoreMixin:
         with feed_order.reader(collection, self.max_time_ms, key=key) as reader:
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
             page = reader.finish(rows, fields)
+            if not reader.hides_rows:
+                return page
             for _ in range(MAX_HIDDEN_ROUNDS):
                 # Keep a full page full when rows turned out hidden: a short
                 # or empty page tells crawlers they reached the end.
+                if len(rows) < limit:
+                    break
                 shown = sum(HIDDEN not in row for row in page)
-                if len(rows) < limit or shown >= limit:
+                if shown >= limit:
                     break
                 last = page[-1]
                 rows = self._after(
@@ -414,7 +419,7 @@ class FeedStoreMixin:
             reader, fields, inclusive_filter=True, offset_value=offset.value, limit=fetch,
             **common,  # type: ignore[arg-type]
         )
-        group = [row["_id"] for row in rows if row.get(reader.key) == offset.value]
+        group = boundary_ids(rows, reader.key, offset.value)  # rows are sorted: a leading run
         end = find_window(group, offset.count, offset.digest)
         if end is None and group and len(group) == len(rows) == fetch:
             # The tie group fills the whole fetch: the run may lie beyond it.
@@ -546,6 +551,9 @@ class FeedStore(FeedStoreMixin):
         self.read_concern = ReadConcern(read_concern)
         self.write_concern = WriteConcern(w=write_concern)
         self.collections = dict(collections or {})
+        #: feed collections with the read options, made once per name (a
+        #: Collection is immutable and thread-safe)
+        self._feed_collections: dict[str, Collection] = {}
 
     @classmethod
     def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> "FeedStore":
@@ -578,11 +586,14 @@ class FeedStore(FeedStoreMixin):
 
     def feed_collection(self, name: str) -> Collection:
         """The collection behind feed ``name`` with the feed's read options."""
-        return self.db.get_collection(
-            self.collections.get(name, name),
-            read_preference=self.read_preference,
-            read_concern=self.read_concern,
-        )
+        collection = self._feed_collections.get(name)
+        if collection is None:
+            collection = self._feed_collections[name] = self.db.get_collection(
+                self.collections.get(name, name),
+                read_preference=self.read_preference,
+                read_concern=self.read_concern,
+            )
+        return collection
 
     def ping(self) -> bool:
         """True when the database answers."""

@@ -28,6 +28,7 @@ from .errors import (
     SyncStopped,
 )
 from .http import FeedHTTP, Page, RetryEvent, RetryPolicy, parse_retry_after, user_agent
+from .objects import FetchedPage, ObjectFetcher
 from .sinks import JsonLinesWriter
 from .state import FeedIdentity, StateFile, SyncState
 from .sync import BACKWARD, FORWARD, Batch, FeedSync, Handler, SyncStats, sync_feed
@@ -41,8 +42,10 @@ __all__ = [
     "FeedIdentity",
     "FeedSync",
     "FeedUnavailable",
+    "FetchedPage",
     "Handler",
     "JsonLinesWriter",
+    "ObjectFetcher",
     "OffsetRejected",
     "Page",
     "RetryEvent",

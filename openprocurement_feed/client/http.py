@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
@@ -29,6 +29,7 @@ from .errors import FeedError, FeedUnavailable, OffsetRejected
 from .state import FeedIdentity
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Query parameters the client sets itself; taken out of the feed URL.
 MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields")
@@ -291,15 +292,27 @@ class FeedHTTP:
         """
         url = self.request_url(offset, descending)
         started = self.clock()
+        return self.retrying(url, lambda: self._get_once(url, offset or "", started), started)
+
+    def retrying(self, url: str, attempt: Callable[[], T], started: float | None = None) -> T:
+        """Call ``attempt`` (one request to ``url``) until it returns, under
+        this feed's retry policy: it raises :class:`TransientError` for what
+        is worth retrying.
+
+        :raises FeedUnavailable: the retry policy gave up.
+        """
+        if started is None:
+            started = self.clock()
+        begun = started
         retrying = Retrying(
             sleep=self.sleep,
             retry=retry_if_exception_type(TransientError),
             wait=self._wait,
-            stop=lambda state: self._should_stop(state, started),
+            stop=lambda state: self._should_stop(state, begun),
             before_sleep=lambda state: self._before_sleep(state, url),
-            retry_error_callback=lambda state: self._give_up(state, url, started),
+            retry_error_callback=lambda state: self._give_up(state, url, begun),
         )
-        return retrying(self._get_once, url, offset or "", started)
+        return retrying(attempt)
 
     # -- one attempt -----------------------------------------------------
 

@@ -9,8 +9,9 @@ from .sync import Batch
 
 
 class JsonLinesWriter:
-    """A handler that appends every item, as the feed served it, as one JSON
-    object per line to the file at ``path``.
+    """A handler that appends every item, as the feed served it (or, when
+    the sync fetches objects, every whole object), as one JSON object per
+    line to the file at ``path``.
 
     Each page is flushed and ``fsync``-ed before the handler returns, so the
     state file never points past items that are not on disk. After a crash
@@ -25,7 +26,7 @@ class JsonLinesWriter:
         self.lines = 0
 
     def __call__(self, batch: Batch) -> None:
-        self.write(batch.items)
+        self.write(batch.objects if batch.objects is not None else batch.items)
 
     def write(self, items: list[dict[str, Any]]) -> None:
         """Append ``items`` and make them durable."""

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -30,6 +31,7 @@ import requests
 from .dedup import SeenItems
 from .errors import FeedError, OffsetRejected, SyncStopped
 from .http import DEFAULT_LIMIT, FeedHTTP, Page, RetryEvent, RetryPolicy
+from .objects import DEFAULT_CONCURRENCY, ObjectFetcher
 from .state import FeedIdentity, StateFile, SyncState
 
 log = logging.getLogger(__name__)
@@ -53,11 +55,17 @@ class Batch:
         saving), and pages after an offset restart once the de-duplication
         memory has forgotten entries. Delivery is at least once in any case:
         handlers should be idempotent (e.g. upsert by ``id``).
+    :ivar objects: with ``fetch_objects``, the whole objects of ``items``
+        (``GET {feed}/{id}``), in the same order, minus those gone; else None.
+    :ivar missing: with ``fetch_objects``, the ids of ``items`` whose object
+        answered ``404`` (deleted or hidden since the page was served).
     """
 
     items: list[dict[str, Any]]
     direction: str
     may_repeat: bool
+    objects: list[dict[str, Any]] | None = None
+    missing: tuple[str, ...] = ()
 
 
 #: What a handler is: called once per page with new items; the page counts
@@ -72,7 +80,8 @@ class SyncStats:
     ``items`` were handed to the handler, ``duplicates`` filtered out;
     ``pages`` had at least one item, ``polls`` were empty forward requests;
     ``retries`` failed attempts retried, ``restarts`` offsets rejected by
-    the server. ``caught_up_at`` is the clock time when the last request that
+    the server. With ``fetch_objects``, ``objects`` were fetched whole and
+    ``objects_missing`` answered ``404``. ``caught_up_at`` is the clock time when the last request that
     found the feed caught up (backward done, forward short) was sent.
     """
 
@@ -84,6 +93,8 @@ class SyncStats:
     polls: int = 0
     retries: int = 0
     restarts: int = 0
+    objects: int = 0
+    objects_missing: int = 0
     backward_done: bool = False
     started_at: float = 0.0
     elapsed: float = 0.0
@@ -95,6 +106,11 @@ class SyncStats:
     def items_per_second(self) -> float:
         """Items handled per second of :attr:`elapsed` time."""
         return self.items / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def objects_per_second(self) -> float:
+        """Whole objects fetched per second of :attr:`elapsed` time."""
+        return self.objects / self.elapsed if self.elapsed > 0 else 0.0
 
 
 class FeedSync:
@@ -121,6 +137,12 @@ class FeedSync:
     :param on_retry: called with a :class:`~.http.RetryEvent` before a wait.
     :param max_restarts: offset rejections in a row (without a page
         fetched in between) before giving up with :class:`~.errors.FeedError`.
+    :param fetch_objects: also read the whole object of every new item
+        (``GET {feed}/{id}``, :class:`~.objects.ObjectFetcher`) and hand them
+        to the handler as :attr:`Batch.objects`; while a page's objects are
+        fetched, the next page is already requested.
+    :param fetch_concurrency: object requests in flight at most.
+    :param object_session: a :class:`requests.Session` for the objects.
 
     :raises ~openprocurement_feed.client.StateMismatch: the state file belongs
         to another feed.
@@ -147,7 +169,12 @@ class FeedSync:
         on_progress: Callable[[SyncStats], None] | None = None,
         on_retry: Callable[[RetryEvent], None] | None = None,
         max_restarts: int = 3,
+        fetch_objects: bool = False,
+        fetch_concurrency: int = DEFAULT_CONCURRENCY,
+        object_session: requests.Session | None = None,
     ) -> None:
+        if fetch_concurrency < 1:
+            raise ValueError(f"fetch_concurrency must be >= 1, got {fetch_concurrency}")
         self.handler = handler
         self.poll_interval = poll_interval
         self.clock = clock
@@ -172,6 +199,13 @@ class FeedSync:
         except BaseException:
             self.http.close()
             raise
+        self.objects: ObjectFetcher | None = None
+        self._prefetcher: ThreadPoolExecutor | None = None
+        #: the next page requested ahead, per direction (descending or not)
+        self._prefetched: dict[bool, tuple[str, Future[Page]]] = {}
+        if fetch_objects:
+            self.objects = ObjectFetcher(self.http, fetch_concurrency, object_session)
+            self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-prefetch")
         self.seen = SeenItems(dedup_size)
         self.stats = SyncStats(backward_done=self.state.backward_done)
         resumed = self.state.started
@@ -198,7 +232,12 @@ class FeedSync:
         return self._stopping.is_set()
 
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections (and stop the object fetcher's threads)."""
+        if self._prefetcher is not None:
+            self._stopping.set()  # a prefetch waiting to retry gives up at once
+            self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        if self.objects is not None:
+            self.objects.close()
         self.http.close()
 
     def __enter__(self) -> "FeedSync":
@@ -320,18 +359,47 @@ class FeedSync:
         self._save(page)
 
     def _fetch(self, offset: str | None, descending: bool) -> Page:
-        page = self.http.fetch(offset, descending=descending)
+        ahead = self._prefetched.pop(descending, None)
+        if ahead is not None and ahead[0] == (offset or ""):
+            page = ahead[1].result()
+        else:
+            page = self.http.fetch(offset, descending=descending)
         if offset:
             self._rejections_in_row = 0
         return page
 
+    def _prefetch(self, page: Page, direction: str) -> None:
+        """Request the page after ``page`` in the background (object fetching
+        only): history goes on while it has items, changes while pages are
+        full."""
+        if self._prefetcher is None:
+            return
+        descending = direction == BACKWARD
+        if not descending and len(page.items) < (page.limit or self.http.limit):
+            return
+        offset = page.next_offset
+        future = self._prefetcher.submit(self.http.fetch, offset, descending)
+        self._prefetched[descending] = (offset, future)
+
     def _handle(self, page: Page, direction: str) -> None:
-        """Hand the new items of ``page`` to the handler, then remember them."""
+        """Hand the new items of ``page`` to the handler, then remember them.
+
+        With ``fetch_objects``, the next page is requested in the background
+        and the items' objects are fetched before the handler is called.
+        """
         fresh, dropped = self.seen.fresh(page.items)
         self.stats.duplicates += dropped
+        self._prefetch(page, direction)
         if fresh:
             may_repeat = self._repeat_pending[direction] or (self._restarted and self.seen.evicted > 0)
-            self.handler(Batch(items=fresh, direction=direction, may_repeat=may_repeat))
+            batch = Batch(items=fresh, direction=direction, may_repeat=may_repeat)
+            if self.objects is not None:
+                fetched = self.objects.fetch_page(fresh)
+                self.stats.objects += len(fetched.objects)
+                self.stats.objects_missing += len(fetched.missing)
+                batch = Batch(items=fresh, direction=direction, may_repeat=may_repeat,
+                              objects=fetched.objects, missing=tuple(fetched.missing))
+            self.handler(batch)
             for item in fresh:
                 self.seen.add(item)
         self._repeat_pending[direction] = False
@@ -365,6 +433,7 @@ class FeedSync:
                 f"(last: {error}); giving up"
             ) from None
         log.warning("%s; starting over from the newest page of %s", str(error), self.feed.url)
+        self._prefetched.clear()
         self.state.reset()
         self.state.restarts += 1
         self.stats.restarts += 1

@@ -6,6 +6,11 @@ to --out. The position is saved to --state after each page has been written,
 so a restart (after Ctrl-C, a crash or a reboot) goes on where it stopped;
 delivery is at least once. Without --follow the command exits once the
 history is done and the forward crawl has caught up.
+
+With --fetch the command reads the whole object of every new item
+(GET URL/{id}), --fetch-concurrency at a time, and writes the objects instead
+of the feed items; an object deleted since its page was served (404) is
+skipped with a warning.
 """
 from __future__ import annotations
 
@@ -68,6 +73,11 @@ def add_parser(subparsers: Any) -> None:
                         help="HTTP read timeout (default: %(default)s)")
     parser.add_argument("--dedup-size", type=positive_int, default=100_000, metavar="N",
                         help="item versions remembered to filter duplicates (default: %(default)s)")
+    parser.add_argument("--fetch", action="store_true",
+                        help="fetch the whole object of every new item (GET URL/{id}) and write "
+                             "the objects instead of the feed items")
+    parser.add_argument("--fetch-concurrency", type=positive_int, default=8, metavar="N",
+                        help="with --fetch: object requests in flight at most (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     parser.set_defaults(func=run)
 
@@ -139,6 +149,13 @@ def summary(stats: Any, state_path: str, out_path: str | None) -> str:
         f"in {stats.elapsed:.1f} s ({stats.items_per_second:.0f} items/s).",
         f"Duplicates filtered: {stats.duplicates}; retries: {stats.retries}; "
         f"offset restarts: {stats.restarts}.",
+    ]
+    if stats.objects or stats.objects_missing:
+        lines.append(
+            f"Objects fetched: {stats.objects} ({stats.objects_per_second:.0f} objects/s); "
+            f"gone (404, skipped): {stats.objects_missing}."
+        )
+    lines += [
         "Backward crawl: " + ("done" if stats.backward_done else "not done yet")
         + ("; forward crawl caught up." if stats.caught_up_at is not None else "; forward crawl not caught up.")
         + f" State file: {state_path}.",
@@ -174,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 poll_interval=args.poll, dedup_size=args.dedup_size, retry=retry,
                 timeout=(10.0, args.timeout),
                 on_progress=progress.update,
+                fetch_objects=args.fetch, fetch_concurrency=args.fetch_concurrency,
                 on_retry=lambda event: progress.retry(client.stats, event),
             )
         except (StateError, FeedError) as error:

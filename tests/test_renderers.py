@@ -1,0 +1,104 @@
+"""The feed pages' JSON renderer: orjson when installed, the standard library
+otherwise, the same parsed JSON (values, float reprs, offsets, links) either
+way, through a real app on the test database."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from openprocurement_feed import renderers
+from openprocurement_feed.renderers import FeedJSONRenderer, json_encoder, stdlib_dumps
+
+import orjson  # noqa: F401  (the 'fast' extra, part of the test extra: both paths run)
+
+SAMPLE = {
+    "data": [
+        {"id": "a" * 32, "dateModified": "2026-05-12T12:00:00.490000+03:00",
+         "public_modified": 1778583600.49, "title": "Закупівля «ремонт» \u2028 ☃"},
+        {"id": "b" * 32, "public_modified": 0.1 + 0.2, "value": {"amount": 10**15 + 1,
+                                                                 "nested": [None, True, 1.5e-7]}},
+    ],
+    "next_page": {"offset": "1778583600.49.1.0123456789abcdef0123456789abcdef",
+                  "path": "/api/2.5/tenders?offset=1778583600.49.1.0123", "uri": "http://x/?a=b&c=d"},
+}
+
+
+class WithJSON:
+    def __json__(self, request: Any) -> dict[str, str]:
+        return {"custom": "yes"}
+
+
+def test_both_encoders_give_the_same_parsed_json() -> None:
+    fast, slow = json_encoder(), json_encoder(prefer_fast=False)
+    assert fast is not stdlib_dumps and slow is stdlib_dumps
+    assert json.loads(fast(SAMPLE)) == json.loads(slow(SAMPLE)) == SAMPLE
+    for item in json.loads(fast(SAMPLE))["data"]:  # float reprs survive exactly
+        original = next(entry for entry in SAMPLE["data"] if entry["id"] == item["id"])
+        assert repr(item["public_modified"]) == repr(original["public_modified"])
+    assert json.loads(fast({"x": WithJSON()})) == json.loads(slow({"x": WithJSON()})) == {
+        "x": {"custom": "yes"}}
+    for encode in (fast, slow):
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            encode({"x": object()})
+
+
+def test_without_orjson_the_stdlib_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(renderers, "_orjson_dumps", lambda: None)
+    assert json_encoder() is stdlib_dumps
+    assert FeedJSONRenderer().dumps is stdlib_dumps
+
+
+def _app(settings: dict[str, str], fast: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from webtest import TestApp
+
+    from openprocurement_feed.demo import main
+
+    with monkeypatch.context() as patch:
+        if not fast:
+            patch.setattr(renderers, "_orjson_dumps", lambda: None)
+        return TestApp(main({}, **settings))
+
+
+@pytest.fixture
+def two_apps(settings: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    """The demo app twice on one database: orjson, and the stdlib fallback."""
+    fast = _app(settings, True, monkeypatch)
+    slow = _app(settings, False, monkeypatch)
+    yield fast, slow
+    fast.app.registry.feed_store.close()
+    slow.app.registry.feed_store.close()
+
+
+def test_feed_pages_are_the_same_with_either_renderer(two_apps: tuple[Any, Any]) -> None:
+    fast, slow = two_apps
+    store = fast.app.registry.feed_store
+    collection = store.collection("tenders")
+    stamps = [1_700_000_000.0 + step / 1000 for step in range(0, 60, 3)] + [1_700_000_000.1] * 4
+    for number, stamp in enumerate(stamps):
+        store.save_data(collection, {
+            "_id": f"{number:032x}", "public_modified": stamp, "status": "active",
+            "dateModified": f"2026-01-01T00:00:{number:02d}.123456+02:00",
+            "title": f"Тендер №{number} — «ремонт»",
+        }, insert=True, modified=False)
+    paths = ["/api/2.5/tenders?limit=7&opt_fields=public_modified,title",
+             "/api/2.5/tenders?limit=5&descending=1", "/api/2.5/tenders?limit=3&mode=_all_"]
+    pages = 0
+    for start in paths:
+        path: str | None = start
+        while path and pages < 40:
+            quick, plain = fast.get(path), slow.get(path)
+            assert quick.content_type == plain.content_type == "application/json"
+            assert quick.json == plain.json
+            assert b", " not in quick.body  # compact
+            for item in quick.json["data"]:
+                if "public_modified" in item:
+                    assert repr(item["public_modified"]) in {repr(stamp) for stamp in stamps}
+            pages += 1
+            path = quick.json["next_page"]["path"] if quick.json["data"] else None
+    assert pages >= 8
+    # error bodies are not the feed renderer's: unchanged either way
+    bad = fast.get("/api/2.5/tenders?limit=abc", status=400).json
+    assert bad == slow.get("/api/2.5/tenders?limit=abc", status=400).json
+    assert bad["errors"][0]["name"] == "limit"
