@@ -19,9 +19,24 @@ TEST = [
     "build>=1.0",
     "pytest>=7.4",
     "pytest-timeout>=2.2",
+    "pytest-cov>=5.0",
     "webtest>=3.0",
     "hypothesis>=6.90",
 ] + EMBEDDED + CLIENT + DOCS + METRICS
+# The maintenance checks (make lint): ruff lints and checks the format, mypy
+# checks the types; the stubs cover the typed-by-stub libraries the package
+# and its tests use (pyramid and cornice have none: see pyproject.toml).
+LINT = [
+    "ruff>=0.6",
+    "mypy>=1.10",
+    "types-requests",
+    "types-tqdm",
+    "types-waitress",
+    "types-webob",
+    "types-webtest",
+]
+# The Python matrix (make matrix).
+MATRIX = ["tox>=4.11"]
 
 setup(
     name="openprocurement_feed",
@@ -35,7 +50,10 @@ setup(
     classifiers=[
         "Framework :: Pyramid",
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "License :: OSI Approved :: Apache Software License",
         "Topic :: Internet :: WWW/HTTP :: WSGI :: Application",
         "Topic :: Database",
@@ -45,7 +63,7 @@ setup(
     packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
     include_package_data=True,
     zip_safe=False,
-    python_requires=">=3.11",
+    python_requires=">=3.10",
     install_requires=["pyramid>=2.0", "cornice>=6.0", "pymongo>=4.6"],
     extras_require={
         "embedded": EMBEDDED,
@@ -53,6 +71,8 @@ setup(
         "docs": DOCS,
         "metrics": METRICS,
         "test": TEST,
+        "lint": LINT,
+        "matrix": MATRIX,
     },
     entry_points={
         "paste.app_factory": ["demo = openprocurement_feed.demo:main"],

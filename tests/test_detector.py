@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -12,8 +14,12 @@ from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.race.crawler import Crawler
 from openprocurement_feed.race.detector import CheckResult, Detector, late_arrivals, late_in_feed_order
 from openprocurement_feed.race.experiment import RunResult
-from openprocurement_feed.race.feed import FeedClient, FeedError, FeedItem
+from openprocurement_feed.race.feed import CHECK_RETRY, FeedClient, FeedError, FeedItem, parse_item
 from openprocurement_feed.race.report import check_summary, format_anomaly, race_json, race_table
+from tests import test_client
+
+#: A real HTTP server on loopback answering what a test sets (shared with the client tests).
+canned = test_client.canned
 
 T = 1_700_000_000.0
 
@@ -90,39 +96,78 @@ def test_a_single_stamp_snapshot_has_an_empty_window() -> None:
 # -- reading feeds ----------------------------------------------------------
 
 def test_client_keeps_the_urls_own_parameters() -> None:
-    client = FeedClient("http://127.0.0.1:1/api/2.5/tenders?mode=test&opt_fields=title&offset=9&limit=5", limit=7)
-    assert client.url == "http://127.0.0.1:1/api/2.5/tenders"
-    assert client.params("1.1.x", True) == {
-        "mode": "test", "opt_fields": "public_modified,title", "limit": "7",
+    client = FeedClient("http://127.0.0.1:1/api/2.5/tenders?mode=test&opt_fields=title&offset=9&limit=5&x=1", limit=7)
+    assert client.url == "http://127.0.0.1:1/api/2.5/tenders?x=1"
+    url = urlsplit(client.http.request_url("1.1.x", descending=True))
+    assert dict(parse_qsl(url.query)) == {
+        "x": "1", "mode": "test", "opt_fields": "public_modified,title", "limit": "7",
         "descending": "1", "offset": "1.1.x",
     }
-    assert "offset" not in client.params(None, False)
-    assert FeedClient("http://h/f?mode=test", mode="_all_").params(None, False)["mode"] == "_all_"
+    assert "offset" not in client.http.request_url(None)
+    assert "mode=_all_" in FeedClient("http://h/f?mode=test", mode="_all_").http.request_url(None)
 
 
 @pytest.mark.parametrize(
-    "body, message",
+    "raw, message",
     [
-        ([], "no 'data' list"),
-        ({"data": {"id": "x"}}, "no 'data' list"),
-        ({"data": []}, "no 'next_page' offset"),
-        ({"data": [{"title": "x"}], "next_page": {"offset": ""}}, "an item has no 'id'"),
-        ({"data": [{"id": "x"}], "next_page": {"offset": ""}}, "lack 'public_modified'"),
-        ({"data": [{"id": "x", "public_modified": "soon"}], "next_page": {"offset": ""}}, "not a number"),
+        ({"title": "x"}, "an item has no 'id'"),
+        ("x", "an item has no 'id'"),
+        ({"id": "x"}, "lack 'public_modified'"),
+        ({"id": "x", "public_modified": "soon"}, "not a number"),
+        ({"id": "x", "public_modified": [1]}, "not a number"),
     ],
 )
-def test_bodies_that_are_not_feeds(body: Any, message: str) -> None:
+def test_items_that_are_not_feed_items(raw: Any, message: str) -> None:
     with pytest.raises(FeedError, match=message):
-        FeedClient("http://127.0.0.1:1/feed").parse_body(body)
+        parse_item(raw, "http://127.0.0.1:1/feed")
 
 
-def test_a_feed_body_is_read() -> None:
-    page = FeedClient("http://127.0.0.1:1/feed").parse_body({
-        "data": [{"id": "a", "public_modified": T, "dateModified": "d"}],
-        "next_page": {"offset": "1.1.x"}, "prev_page": {"offset": "0.5"},
-    })
+def test_a_feed_item_is_read() -> None:
+    raw = {"id": "a", "public_modified": str(T), "dateModified": "d"}
+    assert parse_item(raw, "http://h/f") == FeedItem("a", T, "d")
+    assert parse_item({"id": "a"}, "http://h/f", need_stamp=False) == FeedItem("a", 0.0, "")
+
+
+def test_the_checker_retries_a_busy_feed_and_reads_the_page(canned: Any) -> None:
+    """503 then a page: the shared reader's retry policy, not the detector, waits."""
+    answers = iter([
+        (503, {}, "busy"),
+        (200, {"Content-Type": "application/json"}, json.dumps({
+            "data": [{"id": "a", "public_modified": T, "dateModified": "d"}],
+            "next_page": {"offset": "1.1.x"}, "prev_page": {"offset": ""},
+        })),
+    ])
+    canned.answer = lambda path: next(answers)
+    waits: list[float] = []
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed", sleep=waits.append)
+    try:
+        page = client.page("0.5", descending=True)
+    finally:
+        client.close()
     assert page.items == (FeedItem("a", T, "d"),)
-    assert (page.next_offset, page.prev_offset) == ("1.1.x", "0.5")
+    assert (page.next_offset, page.prev_offset) == ("1.1.x", None)
+    assert len(waits) == 1 and CHECK_RETRY.initial_backoff <= waits[0] <= 2 * CHECK_RETRY.initial_backoff
+    assert [path.split("?")[0] for path, _ in canned.seen] == ["/feed", "/feed"]
+    assert "descending=1" in canned.seen[0][0] and "offset=0.5" in canned.seen[0][0]
+
+
+def test_the_checker_gives_up_after_its_attempts(canned: Any) -> None:
+    canned.answer = (502, {}, "bad gateway")
+    waits: list[float] = []
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed", sleep=waits.append)
+    with pytest.raises(FeedError, match=r"cannot reach .*/feed: HTTP 502 \(gave up after 3 attempt\(s\)"):
+        client.page()
+    client.close()
+    assert len(canned.seen) == CHECK_RETRY.max_attempts == 3 and len(waits) == 2
+
+
+def test_a_body_that_is_not_a_feed_is_a_feed_error(canned: Any) -> None:
+    canned.answer = (200, {"Content-Type": "application/json"}, json.dumps({"data": [{"title": "x"}],
+                                                                           "next_page": {"offset": ""}}))
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed")
+    with pytest.raises(FeedError, match="an item has no 'id'"):
+        client.page()
+    client.close()
 
 
 # -- against the real demo API ----------------------------------------------
@@ -227,8 +272,8 @@ def test_check_unreachable_url_is_a_one_line_error(capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize("path, message", [
-    ("/api/2.5/tenders/" + uuid.uuid4().hex, "answered HTTP 404"),
-    ("/nothing-here", "answered HTTP 404"),
+    ("/api/2.5/tenders/" + uuid.uuid4().hex, "HTTP 404"),
+    ("/nothing-here", "HTTP 404"),
 ])
 def test_check_something_that_is_not_a_feed(
     server: Any, capsys: pytest.CaptureFixture[str], path: str, message: str
@@ -241,7 +286,7 @@ def test_check_something_that_is_not_a_feed(
 def test_check_a_json_answer_that_is_not_a_feed(server: Any, put: Callable[..., None], capsys: pytest.CaptureFixture[str]) -> None:
     put(("a", 100))
     assert cli_main(["check", server.api_url + "/tenders/a", "--checks", "1"]) == 2
-    assert "did not answer with a feed: no 'data' list" in capsys.readouterr().err
+    assert 'did not return a feed page (no "data" list)' in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
