@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from ..cli import CommandError
-from .options import http_url, positive_float
+from .options import HTTP_TIMEOUT, INTERVAL, RUN_FOR, URL, Flag, add_command, positive_float
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests
@@ -507,7 +507,7 @@ def run_live(args: argparse.Namespace) -> int:
         raise CommandError(f"the live view needs the client extra ({error.name} is missing): "
                            "pip install 'openprocurement_feed[client]'") from None
     state = MonitorState(args.interval or DEFAULT_INTERVAL)
-    deadline = state.started + args.for_seconds if args.for_seconds else None
+    deadline = state.started + args.run_for if args.run_for else None
     console = make_console()
     try:
         with Live(render(state, source.url, console.width), console=console,
@@ -537,41 +537,38 @@ def run_live(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``monitor`` and its flags."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "monitor",
+        run,
+        __doc__,
         help="watch the feeds' health view live, or check it once for cron and alerting",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        flags=[
+            URL.but(
+                help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
+                "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)"
+            ),
+            Flag(
+                "--check",
+                action="store_true",
+                help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, "
+                "2 violated or not readable",
+            ),
+            INTERVAL.but(
+                type=positive_float,
+                default=None,
+                help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
+            ),
+            RUN_FOR.but(help="live view: stop by itself after S seconds (default: until Ctrl-C)"),
+            HTTP_TIMEOUT.but(default=5.0),
+        ],
     )
-    parser.add_argument(
-        "url", type=http_url, metavar="URL",
-        help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
-             "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)",
-    )
-    parser.add_argument(
-        "--check", action="store_true",
-        help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, "
-             "2 violated or not readable",
-    )
-    parser.add_argument(
-        "--interval", type=positive_float, default=None, metavar="S",
-        help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
-    )
-    parser.add_argument(
-        "--for", dest="for_seconds", type=positive_float, default=None, metavar="S",
-        help="live view: stop by itself after S seconds (default: until Ctrl-C)",
-    )
-    parser.add_argument(
-        "--timeout", type=positive_float, default=5.0, metavar="S",
-        help="HTTP timeout per request (default: %(default)g)",
-    )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check once with --check, else show the live view; the exit status."""
     if args.check:
-        for flag, value in (("--interval", args.interval), ("--for", args.for_seconds)):
+        for flag, value in (("--interval", args.interval), ("--for", args.run_for)):
             if value is not None:
                 raise CommandError(f"{flag} is for the live view; --check makes one request")
         return run_check(args)
