@@ -14,18 +14,19 @@ as a float of seconds (crawlers read it for cool-downs), and its second part
 of exactly ten digits cannot be mistaken for ``repr`` of a ``public_modified``
 float (which never has ten fractional digits at epoch magnitudes).
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Union
 
 from bson.timestamp import Timestamp
 
-OffsetValue = Union[float, Timestamp]
+OffsetValue = float | Timestamp
 
 INTEGER_RE = re.compile(r"\d+", re.ASCII)
 SIGNED_INTEGER_RE = re.compile(r"[+-]?\d+", re.ASCII)
@@ -90,9 +91,7 @@ def is_position_offset(raw: str) -> bool:
     legacy ``public_ts`` offset): the form a commit-ordered feed serves."""
     parts = raw.split(".")
     return (
-        len(parts) in (2, 4)
-        and bool(INTEGER_RE.fullmatch(parts[0]))
-        and bool(LEGACY_INCREMENT_RE.fullmatch(parts[1]))
+        len(parts) in (2, 4) and bool(INTEGER_RE.fullmatch(parts[0])) and bool(LEGACY_INCREMENT_RE.fullmatch(parts[1]))
     )
 
 

@@ -17,11 +17,13 @@ The store (:class:`~.database.FeedStoreMixin`) opens a :class:`PageReader` of
 the feed's order for each page and runs one code path for both: the offset
 range, the tie handling and the keyset continuation.
 """
+
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
@@ -89,16 +91,22 @@ class PageReader:
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         """Add the order's upper bound to ``query`` (in place)."""
 
-    def _cursor(self, collection: Collection, query: Mapping[str, Any],
-                projection: Mapping[str, Any], sort: Sequence[tuple[str, int]] | None,
-                limit: int) -> list[dict[str, Any]]:
+    def _cursor(
+        self,
+        collection: Collection[Any],
+        query: Mapping[str, Any],
+        projection: Mapping[str, Any],
+        sort: Sequence[tuple[str, int]] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
         cursor = collection.find(query, projection, sort=sort, limit=limit, session=self.session)
         if self.max_time_ms:
             cursor = cursor.max_time_ms(self.max_time_ms)
         return list(cursor)
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
@@ -109,8 +117,7 @@ class PageReader:
 class WatermarkReader(PageReader):
     """Pages the documents themselves by ``public_modified`` (or ``public_ts``)."""
 
-    def __init__(self, collection: Collection, watermark_seconds: float, key: str,
-                 max_time_ms: int = 0) -> None:
+    def __init__(self, collection: Collection[Any], watermark_seconds: float, key: str, max_time_ms: int = 0) -> None:
         super().__init__(max_time_ms)
         self.collection = collection
         self.watermark_seconds = watermark_seconds
@@ -123,13 +130,12 @@ class WatermarkReader(PageReader):
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         # Every ascending query, and a descending one without offset (its
         # first page seeds a crawler's forward sync); not history.
-        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (
-            not descending or not has_offset
-        ):
+        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (not descending or not has_offset):
             query["$expr"] = self.watermark_expr()
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         projection = {name: 1 for name in fields}
         projection[PUBLIC_MODIFIED] = 1
         projection[self.key] = 1
@@ -142,7 +148,7 @@ class CommitReader(PageReader):
 
     key = COMMITTED_TS
 
-    def __init__(self, collection: Collection, session: ClientSession, max_time_ms: int = 0) -> None:
+    def __init__(self, collection: Collection[Any], session: ClientSession, max_time_ms: int = 0) -> None:
         super().__init__(max_time_ms, session)
         majority = ReadConcern("majority")
         db = collection.database
@@ -163,8 +169,9 @@ class CommitReader(PageReader):
         bounded["$lte"] = self.checkpoint if upper is None else min(upper, self.checkpoint)
         query[COMMITTED_TS] = bounded
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         return self._cursor(self.positions, query, {COMMITTED_TS: 1}, sort, limit)
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
@@ -180,9 +187,7 @@ class CommitReader(PageReader):
         projection["is_public"] = 1
         docs = {
             doc["_id"]: doc
-            for doc in self._cursor(
-                self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0
-            )
+            for doc in self._cursor(self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0)
         }
         page = []
         for row in rows:
@@ -216,8 +221,9 @@ class FeedOrder:
         read a safe margin earlier, in the direction of travel)."""
         return offset
 
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> ContextManager[PageReader]:
+    def reader(
+        self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None
+    ) -> AbstractContextManager[PageReader]:
         """A :class:`PageReader` for one page of ``collection``; ``key`` is
         the offset's field where an order reads more than one."""
         raise NotImplementedError
@@ -247,10 +253,8 @@ class WatermarkOrder(FeedOrder):
         return Offset(max(seconds, 0.0))
 
     @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> Iterator[PageReader]:
-        yield WatermarkReader(collection, self.watermark_seconds, key or PUBLIC_MODIFIED,
-                              max_time_ms)
+    def reader(self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None) -> Iterator[PageReader]:
+        yield WatermarkReader(collection, self.watermark_seconds, key or PUBLIC_MODIFIED, max_time_ms)
 
 
 class CommitOrder(FeedOrder):
@@ -277,7 +281,6 @@ class CommitOrder(FeedOrder):
         return Offset(Timestamp(int(moment), 0), field=COMMITTED_TS)
 
     @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> Iterator[PageReader]:
+    def reader(self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None) -> Iterator[PageReader]:
         with collection.database.client.start_session(causal_consistency=True) as session:
             yield CommitReader(collection, session, max_time_ms)

@@ -1,12 +1,14 @@
 """The cursor codec: every format of SPEC A, round trips, the clamp, and every
 malformed shape rejected."""
+
 from __future__ import annotations
 
 import hashlib
 
 import pytest
 from bson.timestamp import Timestamp
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openprocurement_feed.offset import (
     InvalidOffset,
@@ -132,9 +134,7 @@ def test_round_trip(value: float, ids: list[str]) -> None:
         (65536.8086158454, None),  # the "increment" exceeds 2**32 - 1: invalid
     ],
 )
-def test_small_values_with_ten_fractional_digits_are_not_read_back(
-    value: float, read_as: Timestamp | None
-) -> None:
+def test_small_values_with_ten_fractional_digits_are_not_read_back(value: float, read_as: Timestamp | None) -> None:
     """SPEC A's parse order puts the legacy ``public_ts`` shape (exactly ten
     digits after the first dot) before the float: a ``public_modified``
     below 10**7 whose ``repr`` has ten fractional digits is read back as a
@@ -178,9 +178,7 @@ def test_compose_position_writes_the_legacy_public_ts_shape() -> None:
     raw = compose_position(Timestamp(1778583600, 7), ["b", "a"])
     assert raw == "1778583600.0000000007.2." + hashlib.md5(b"ab").hexdigest()
     assert compose_position(Timestamp(0, 0), ["x"]).startswith("0.0000000000.1.")
-    assert compose_position(Timestamp(MAX_UINT32, MAX_UINT32), ["x"]).startswith(
-        "4294967295.4294967295.1."
-    )
+    assert compose_position(Timestamp(MAX_UINT32, MAX_UINT32), ["x"]).startswith("4294967295.4294967295.1.")
 
 
 @given(position=stamps, ids=id_lists)

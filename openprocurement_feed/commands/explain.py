@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.uri.startswith(("mongodb://", "mongodb+srv://")):
         raise CommandError(f"--uri: expected a mongodb:// or mongodb+srv:// URI, got {args.uri!r}")
     try:
-        client: MongoClient = MongoClient(args.uri, serverSelectionTimeoutMS=args.timeout_ms)
+        client: MongoClient[Any] = MongoClient(args.uri, serverSelectionTimeoutMS=args.timeout_ms)
     except (ConfigurationError, ValueError) as error:
         raise CommandError(f"--uri: {error}") from None
     try:

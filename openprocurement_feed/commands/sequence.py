@@ -18,6 +18,7 @@ configuration or database error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -84,10 +85,8 @@ def load_registry(config: str) -> Any:
     previous = os.environ.get("FEED_SEQUENCER")
     os.environ["FEED_SEQUENCER"] = "off"
     try:
-        try:
+        with contextlib.suppress(Exception):  # an ini without logging sections is fine
             setup_logging(config)
-        except Exception:  # an ini without logging sections is fine
-            pass
         app = get_app(config)
     finally:
         if previous is None:
