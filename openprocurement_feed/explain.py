@@ -29,10 +29,11 @@ from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo.collection import Collection
 
-from .database import PUBLIC_MODIFIED, FeedStoreMixin
+from .database import FeedStoreMixin
 from .orders import (
     COMMIT,
     COMMITTED_TS,
+    PUBLIC_MODIFIED,
     WATERMARK,
     CommitReader,
     FeedNotReady,
@@ -200,7 +201,7 @@ def feed_query_shapes(
                     filters=filters,
                     watermark=bounded,
                     reader=reader,
-                    **options,  # type: ignore[arg-type]
+                    **options,
                 )
                 shapes.append(
                     QueryShape(
@@ -272,7 +273,9 @@ def walk_plan(plan: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
             yield from walk_plan(winning)
 
 
-def explain_shape(collection: Collection[Any], shape: QueryShape, projection: Mapping[str, Any] | None = None) -> PlanReport:
+def explain_shape(
+    collection: Collection[Any], shape: QueryShape, projection: Mapping[str, Any] | None = None
+) -> PlanReport:
     """Explain one shape with ``executionStats`` and run it to count results.
 
     The shape runs on ``collection``, or on its sibling ``shape.collection``.
@@ -324,7 +327,9 @@ def missing_feed_indexes(
         partial = info.get("partialFilterExpression")
         existing.append((_normal_keys(info["key"]), dict(partial) if partial else None))
     missing = []
-    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):
+    # (database.py annotates the result as ``list[...]`` inside a class that
+    # defines a method called ``list``: mypy cannot read it.)
+    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):  # type: ignore[attr-defined]
         keys = _normal_keys(spec["keys"])
         wanted = dict(spec["partialFilterExpression"])
         if not any(have == keys and partial in (None, wanted) for have, partial in existing):

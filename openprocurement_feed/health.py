@@ -128,7 +128,8 @@ def _age(moment: Any, now: datetime) -> float | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return round(max(0.0, (now - moment).total_seconds()), 1)
+    seconds: float = (now - moment).total_seconds()
+    return round(max(0.0, seconds), 1)
 
 
 def feed_health(
@@ -148,7 +149,7 @@ def feed_health(
         "watermark_seconds": watermark_seconds,
         "watcher": {
             "running": running,
-            "updated": published.get("updated").isoformat() if isinstance(published.get("updated"), datetime) else None,
+            "updated": updated.isoformat() if isinstance(updated := published.get("updated"), datetime) else None,
             "age_seconds": age,
         },
         "checkpoint": None,

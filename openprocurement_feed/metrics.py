@@ -140,7 +140,7 @@ class FeedMetrics:
         else:
             from prometheus_client.multiprocess import MultiProcessCollector
 
-            self._source = MultiProcessCollector(None, path=self.multiprocess_dir)
+            self._source = MultiProcessCollector(None, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
         self._age_hooks: list[AgeHook] = []
         self._window_hooks: list[WindowHook] = []
         # Label children cached per label values: ``labels()`` validates and

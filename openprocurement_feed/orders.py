@@ -152,9 +152,10 @@ class CommitReader(PageReader):
         super().__init__(max_time_ms, session)
         majority = ReadConcern("majority")
         db = collection.database
-        options = dict(read_preference=collection.read_preference, read_concern=majority)
-        self.documents = collection.with_options(**options)
-        self.positions = db.get_collection(positions_name(collection.name), **options)
+        self.documents = collection.with_options(read_preference=collection.read_preference, read_concern=majority)
+        self.positions = db.get_collection(
+            positions_name(collection.name), read_preference=collection.read_preference, read_concern=majority
+        )
         state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1}, session=session)
         if not state or not isinstance(state.get("checkpoint"), Timestamp):
             raise FeedNotReady(collection.name)
@@ -249,6 +250,7 @@ class WatermarkOrder(FeedOrder):
         if not offset.is_position or self.stamp_public_ts:
             return offset
         margin = CROSS_ORDER_MARGIN + self.watermark_seconds
+        assert isinstance(offset.value, Timestamp)  # is_position
         seconds = float(offset.value.time) + (margin if descending else -margin)
         return Offset(max(seconds, 0.0))
 
@@ -273,6 +275,7 @@ class CommitOrder(FeedOrder):
     def convert(self, offset: Offset, descending: bool) -> Offset:
         if offset.is_position:
             return Offset(offset.value, offset.count, offset.digest, COMMITTED_TS)
+        assert not isinstance(offset.value, Timestamp)  # not is_position
         seconds = float(offset.value)
         if descending:
             moment = min(math.ceil(seconds + self.margin), 2**32 - 1)

@@ -410,7 +410,7 @@ class CollectionSequencer:
             log.warning(
                 "Sequencer of %r: the resume point has left the oplog (%s); re-stamping the changed documents",
                 self.name,
-                error.details.get("codeName"),
+                (error.details or {}).get("codeName"),
             )
             return self._recover(state)
         start = successor(cluster_time(self.db))
@@ -543,7 +543,8 @@ class CollectionSequencer:
         errors are logged and retried from the saved state."""
         while not stopping.is_set():
             try:
-                with self.open() as stream:
+                stream = self.open()
+                with stream:  # (the stubs type ``__enter__`` as the base ChangeStream)
                     while not stopping.is_set():
                         events, caught_up = self.read_batch(stream)
                         self.handle(stream, events, caught_up)

@@ -465,7 +465,7 @@ def feed_table(health: Health, stale: bool, width: int) -> Any:
         pad_edge=not compact,
         padding=(0, 1, 0, 0) if compact else (0, 1),
         expand=reasons_inline,
-        style="dim" if stale else None,
+        style="dim" if stale else "",
         header_style="bold",
         caption=table_caption(health),
         caption_justify="left",
