@@ -189,7 +189,7 @@ def _fsync_directory(directory: Path) -> None:
         return
     try:
         os.fsync(descriptor)
-    except OSError:
+    except OSError:  # pragma: no cover - file systems that cannot sync a directory
         pass
     finally:
         os.close(descriptor)
