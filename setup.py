@@ -1,4 +1,5 @@
 """Packaging for openprocurement_feed."""
+
 import os
 
 from setuptools import find_packages, setup
@@ -22,7 +23,11 @@ TEST = [
     "pytest-cov>=5.0",
     "webtest>=3.0",
     "hypothesis>=6.90",
-] + EMBEDDED + CLIENT + DOCS + METRICS
+    *EMBEDDED,
+    *CLIENT,
+    *DOCS,
+    *METRICS,
+]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
 # checks the types; the stubs cover the typed-by-stub libraries the package
 # and its tests use (pyramid and cornice have none: see pyproject.toml).
@@ -41,10 +46,7 @@ MATRIX = ["tox>=4.11"]
 setup(
     name="openprocurement_feed",
     version="0.1.0.dev0",
-    description=(
-        "A paginated feed for openprocurement-style Pyramid APIs that never "
-        "loses a document"
-    ),
+    description=("A paginated feed for openprocurement-style Pyramid APIs that never loses a document"),
     long_description=read("README.rst") + "\n\n" + read("CHANGES.rst"),
     long_description_content_type="text/x-rst",
     classifiers=[
