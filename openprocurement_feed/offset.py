@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -95,10 +96,27 @@ def is_position_offset(raw: str) -> bool:
     )
 
 
+#: The parts of an ISO-8601 date-time that ``datetime.fromisoformat`` reads
+#: only from Python 3.11 on: a fraction of other than 3 or 6 digits, ``Z``,
+#: and an offset without a colon.
+_ISO_FRACTION_RE = re.compile(r"(T\d{2}:\d{2}:\d{2})[.,](\d+)")
+_ISO_ZONE_RE = re.compile(r"(?:Z|([+-]\d{2})(\d{2}))$")
+
+
+def _as_python310_iso(text: str) -> str:
+    """``text`` in the narrower ISO form Python 3.10's ``fromisoformat``
+    reads: the fraction padded or cut to microseconds, ``Z`` and ``+hhmm``
+    written ``+hh:mm``."""
+    text = _ISO_FRACTION_RE.sub(lambda match: f"{match[1]}.{(match[2] + '000000')[:6]}", text)
+    return _ISO_ZONE_RE.sub(lambda match: f"{match[1]}:{match[2]}" if match[1] else "+00:00", text)
+
+
 def _parse_iso(raw: str) -> float:
     text = raw.replace(" ", "+")
     if len(text) < 10 or not text[:4].isdigit():
         raise ValueError(raw)
+    if sys.version_info < (3, 11):
+        text = _as_python310_iso(text)
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
