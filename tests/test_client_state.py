@@ -18,12 +18,6 @@ def test_a_state_path_that_is_a_directory_cannot_be_read(tmp_path: Path) -> None
         StateFile(tmp_path).load(FEED)
 
 
-def test_a_state_file_in_a_missing_directory_cannot_be_written(tmp_path: Path) -> None:
-    path = tmp_path / "missing" / "state.json"
-    with pytest.raises(StateError, match=r"cannot write the state file .*missing/state.json: No such file"):
-        StateFile(path).save(SyncState(feed=FEED))
-
-
 def test_a_failed_replace_leaves_no_temporary_file(tmp_path: Path) -> None:
     """The target is a non-empty directory: the rename fails after the
     temporary file was written, and the temporary file is removed."""
