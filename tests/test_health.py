@@ -176,3 +176,16 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
         health_after(web, 3)
         assert cli_main(["monitor", server.api_url, "--check"]) == 0
         assert capsys.readouterr().out.startswith("ok: tenders ok")
+
+
+def test_the_health_verdict_line() -> None:
+    from openprocurement_feed.health import verdict_line
+
+    report = {
+        "feeds": [
+            {"name": "tenders", "verdict": "ok", "lag_ms": {"count": 3, "p50": 4.2, "p99": 9.7, "max": 12.0}},
+            {"name": "plans", "verdict": "unknown", "lag_ms": {"count": 0}},
+        ]
+    }
+    assert verdict_line(report) == "tenders ok (lag p50 4 / p99 10 / max 12 ms), plans unknown"
+    assert verdict_line({}) == ""

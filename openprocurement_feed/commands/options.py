@@ -97,6 +97,25 @@ def http_url(value: str) -> str:
     return value
 
 
+def mongodb_uri(value: str) -> str:
+    """A ``mongodb://`` URI pymongo accepts (hosts, ports, options), or a
+    ``mongodb+srv://`` one with a host (its records are looked up on use)."""
+    from pymongo.errors import ConfigurationError as MongoConfigurationError
+    from pymongo.uri_parser import parse_uri
+
+    if value.startswith("mongodb+srv://"):
+        if not urlsplit(value).hostname:
+            raise argparse.ArgumentTypeError(f"expected a host after mongodb+srv://, got {value!r}")
+        return value
+    if not value.startswith("mongodb://"):
+        raise argparse.ArgumentTypeError(f"expected a mongodb:// or mongodb+srv:// URI, got {value!r}")
+    try:
+        parse_uri(value)
+    except (MongoConfigurationError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"{value!r}: {str(error).split('. Hint')[0]}") from None
+    return value
+
+
 def delay_range(value: str) -> str:
     """Milliseconds a write stays open after its stamp: ``0``, ``20`` or ``5-40``."""
     from ..demo.settings import parse_delay  # the demo's own rule, one place
@@ -189,7 +208,11 @@ HTTP_TIMEOUT = Flag(
 )
 #: A MongoDB to use instead of the embedded server.
 MONGODB_URI = Flag(
-    "--mongodb-uri", default=None, metavar="URI", help="use this MongoDB instead of the embedded database"
+    "--mongodb-uri",
+    type=mongodb_uri,
+    default=None,
+    metavar="URI",
+    help="use this MongoDB instead of the embedded database",
 )
 #: How long a demo write stays open after its stamp.
 WRITE_DELAY = Flag(
