@@ -27,43 +27,42 @@ DEFAULT_CHECKS = 20
 PROGRESS_EVERY = 5.0
 
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "check a live feed for documents that appear inside an already-served window"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    URL,
+    Flag(
+        "--checks",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"stop after N checks (default: {DEFAULT_CHECKS} when --duration is not given)",
+    ),
+    Flag(
+        "--duration",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds (with --checks: whichever comes first)",
+    ),
+    Flag(
+        "--wait",
+        type=positive_float,
+        default=0.5,
+        metavar="S",
+        help="seconds between a snapshot and its re-fetch (default: %(default)s)",
+    ),
+    INTERVAL.but(help="seconds between two checks (default: %(default)s)"),
+    PAGE_LIMIT.but(help="page size of the snapshot and the re-fetch (default: %(default)s)"),
+    MODE.but(help="check the test feed or the feed of everything (default: the URL's, else real objects)"),
+    HTTP_TIMEOUT,
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``check`` and its flags."""
-    add_command(
-        subparsers,
-        "check",
-        run,
-        __doc__,
-        help="check a live feed for documents that appear inside an already-served window",
-        flags=[
-            URL,
-            Flag(
-                "--checks",
-                type=positive_int,
-                default=None,
-                metavar="N",
-                help=f"stop after N checks (default: {DEFAULT_CHECKS} when --duration is not given)",
-            ),
-            Flag(
-                "--duration",
-                type=positive_float,
-                default=None,
-                metavar="S",
-                help="stop after S seconds (with --checks: whichever comes first)",
-            ),
-            Flag(
-                "--wait",
-                type=positive_float,
-                default=0.5,
-                metavar="S",
-                help="seconds between a snapshot and its re-fetch (default: %(default)s)",
-            ),
-            INTERVAL.but(help="seconds between two checks (default: %(default)s)"),
-            PAGE_LIMIT.but(help="page size of the snapshot and the re-fetch (default: %(default)s)"),
-            MODE.but(help="check the test feed or the feed of everything (default: the URL's, else real objects)"),
-            HTTP_TIMEOUT,
-        ],
-    )
+    add_command(subparsers, "check", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:

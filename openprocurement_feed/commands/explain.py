@@ -45,47 +45,46 @@ def max_limit(value: str) -> int:
     return number
 
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "check that the indexes of a MongoDB collection serve every feed query"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    Flag(
+        "--uri",
+        default=os.environ.get("MONGODB_URI"),
+        metavar="MONGODB_URI",
+        help="the mongodb:// URI (default: the MONGODB_URI environment variable)",
+    ),
+    Flag("--db", default="openprocurement", metavar="NAME", help="the database (default: %(default)s)"),
+    Flag("--collection", default="tenders", help="the feed's collection (default: %(default)s)"),
+    Flag(
+        "--order",
+        choices=ORDERS,
+        default=WATERMARK,
+        help="the feed's order: explain the collection itself (watermark) or "
+        "its positions collection (commit) (default: %(default)s)",
+    ),
+    Flag(
+        "--scope-field",
+        type=field_name,
+        default=None,
+        metavar="FIELD",
+        help="also explain the feed scoped on this field (e.g. frameworkID)",
+    ),
+    PAGE_LIMIT.but(type=max_limit, help="page size of the explained queries (default: %(default)s)"),
+    Flag(
+        "--timeout-ms",
+        type=positive_int,
+        default=5000,
+        metavar="MS",
+        help="server selection timeout in ms (default: %(default)s)",
+    ),
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``explain`` and its flags."""
-    add_command(
-        subparsers,
-        "explain",
-        run,
-        __doc__,
-        help="check that the indexes of a MongoDB collection serve every feed query",
-        flags=[
-            Flag(
-                "--uri",
-                default=os.environ.get("MONGODB_URI"),
-                metavar="MONGODB_URI",
-                help="the mongodb:// URI (default: the MONGODB_URI environment variable)",
-            ),
-            Flag("--db", default="openprocurement", metavar="NAME", help="the database (default: %(default)s)"),
-            Flag("--collection", default="tenders", help="the feed's collection (default: %(default)s)"),
-            Flag(
-                "--order",
-                choices=ORDERS,
-                default=WATERMARK,
-                help="the feed's order: explain the collection itself (watermark) or "
-                "its positions collection (commit) (default: %(default)s)",
-            ),
-            Flag(
-                "--scope-field",
-                type=field_name,
-                default=None,
-                metavar="FIELD",
-                help="also explain the feed scoped on this field (e.g. frameworkID)",
-            ),
-            PAGE_LIMIT.but(type=max_limit, help="page size of the explained queries (default: %(default)s)"),
-            Flag(
-                "--timeout-ms",
-                type=positive_int,
-                default=5000,
-                metavar="MS",
-                help="server selection timeout in ms (default: %(default)s)",
-            ),
-        ],
-    )
+    add_command(subparsers, "explain", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def _progress(done: int, total: int) -> None:

@@ -581,34 +581,32 @@ def run_live(args: argparse.Namespace) -> int:
 # -- the command --------------------------------------------------------------
 
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "watch the feeds' health view live, or check it once for cron and alerting"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    URL.but(
+        help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
+        "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)"
+    ),
+    Flag(
+        "--check",
+        action="store_true",
+        help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, 2 violated or not readable",
+    ),
+    INTERVAL.but(
+        type=positive_float,
+        default=None,
+        help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
+    ),
+    RUN_FOR.but(help="live view: stop by itself after S seconds (default: until Ctrl-C)"),
+    HTTP_TIMEOUT.but(default=5.0),
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``monitor`` and its flags."""
-    add_command(
-        subparsers,
-        "monitor",
-        run,
-        __doc__,
-        help="watch the feeds' health view live, or check it once for cron and alerting",
-        flags=[
-            URL.but(
-                help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
-                "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)"
-            ),
-            Flag(
-                "--check",
-                action="store_true",
-                help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, "
-                "2 violated or not readable",
-            ),
-            INTERVAL.but(
-                type=positive_float,
-                default=None,
-                help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
-            ),
-            RUN_FOR.but(help="live view: stop by itself after S seconds (default: until Ctrl-C)"),
-            HTTP_TIMEOUT.but(default=5.0),
-        ],
-    )
+    add_command(subparsers, "monitor", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:

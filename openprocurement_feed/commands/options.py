@@ -1,12 +1,14 @@
 """What the subcommands share: how a subcommand is declared, the flags that
 several of them take, and the argument types.
 
-A subcommand module declares itself in one call::
+A subcommand module declares its ``--help`` line and its flags as data and
+registers itself in one call::
+
+    HELP = "check a live feed for ..."
+    FLAGS = (URL, PAGE_LIMIT, HTTP_TIMEOUT.but(default=5.0), Flag("--wait", type=positive_float, ...))
 
     def add_parser(subparsers: Any) -> None:
-        add_command(subparsers, "check", run, __doc__,
-                    help="check a live feed for ...",
-                    flags=[URL, PAGE_LIMIT, HTTP_TIMEOUT.but(default=10.0), Flag("--wait", ...)])
+        add_command(subparsers, "check", run, __doc__, help=HELP, flags=FLAGS)
 
 A shared flag (:data:`URL`, :data:`MODE`, :data:`PAGE_LIMIT`,
 :data:`HTTP_TIMEOUT`, :data:`MONGODB_URI`, :data:`WRITE_DELAY`,

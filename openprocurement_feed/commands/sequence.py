@@ -38,44 +38,43 @@ def ini_file(value: str) -> str:
     return value
 
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "follow the change streams of commit-ordered feeds and publish their positions"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    Flag(
+        "config",
+        type=ini_file,
+        metavar="CONFIG.ini",
+        help="the application's ini file (e.g. production.ini)",
+    ),
+    Flag(
+        "--progress-every",
+        type=positive_float,
+        default=5.0,
+        metavar="S",
+        help="seconds between two progress lines (default: %(default)s)",
+    ),
+    Flag(
+        "--batch-size",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="most change events written in one bulk write (default: %(default)s)",
+    ),
+    Flag(
+        "--observe",
+        action="store_true",
+        help="also follow the watermark-ordered feeds' collections, observe-only: "
+        "measure each write's start-to-commit lag for the health view",
+    ),
+    RUN_FOR,
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``sequence`` and its flags."""
-    add_command(
-        subparsers,
-        "sequence",
-        run,
-        __doc__,
-        help="follow the change streams of commit-ordered feeds and publish their positions",
-        flags=[
-            Flag(
-                "config",
-                type=ini_file,
-                metavar="CONFIG.ini",
-                help="the application's ini file (e.g. production.ini)",
-            ),
-            Flag(
-                "--progress-every",
-                type=positive_float,
-                default=5.0,
-                metavar="S",
-                help="seconds between two progress lines (default: %(default)s)",
-            ),
-            Flag(
-                "--batch-size",
-                type=positive_int,
-                default=1000,
-                metavar="N",
-                help="most change events written in one bulk write (default: %(default)s)",
-            ),
-            Flag(
-                "--observe",
-                action="store_true",
-                help="also follow the watermark-ordered feeds' collections, observe-only: "
-                "measure each write's start-to-commit lag for the health view",
-            ),
-            RUN_FOR,
-        ],
-    )
+    add_command(subparsers, "sequence", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def load_registry(config: str) -> Any:
