@@ -4,9 +4,20 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
+STAMP_MATRIX := $(VENV)/.installed-matrix
 ARGS ?=
+# Branch coverage of openprocurement_feed/ with the floor of pyproject.toml
+# ([tool.coverage.report] fail_under). A partial run (ARGS=tests/test_x.py)
+# sits below the floor: add COV= to leave coverage out.
+COV ?= --cov --cov-report=term-missing:skip-covered
+# The interpreters of the matrix: pyenv's, put first on the PATH so that tox
+# finds python3.10 ... python3.13 without a pyenv global for each.
+PYENV_ROOT ?= $(HOME)/.pyenv
+empty :=
+space := $(empty) $(empty)
+MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
-.PHONY: run test docs race bench load check-feed clean dist
+.PHONY: run test lint matrix docs race bench load check-feed clean dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +27,33 @@ $(STAMP_RUN): $(BIN)/python setup.py
 	$(BIN)/python -m pip install --quiet -e '.[embedded,client,fast]'
 	touch $@
 
-$(STAMP_TEST): $(BIN)/python setup.py
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(STAMP_TEST): $(BIN)/python setup.py pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	touch $@ $(STAMP_RUN)
+
+$(STAMP_MATRIX): $(STAMP_TEST)
+	$(BIN)/python -m pip install --quiet -e '.[matrix]'
+	touch $@
 
 run: $(STAMP_RUN)
 	$(BIN)/openprocurement-feed run $(ARGS)
 
+# Once the whole tree passes `make lint`, the lint runs first here as well:
+# add "	$(MAKE) --no-print-directory lint" as the recipe's first line.
 test: $(STAMP_TEST)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(COV) $(ARGS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# ruff (lint, then the format check) and mypy, configured in pyproject.toml.
+lint: $(STAMP_TEST)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# tox: Python 3.10-3.13, lint, docs and the combined coverage (tox.ini).
+# ARGS picks environments and pytest arguments, e.g. ARGS="-e py310 -- tests/test_offset.py".
+matrix: $(STAMP_MATRIX)
+	PATH="$(MATRIX_PATH)$(if $(MATRIX_PATH),:)$$PATH" $(BIN)/tox $(ARGS)
 
 docs: $(STAMP_TEST)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
@@ -48,4 +76,4 @@ dist: $(STAMP_TEST)
 	$(BIN)/python -m build
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache .tox .mypy_cache .ruff_cache .coverage .coverage.* htmlcov coverage.xml

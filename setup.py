@@ -1,4 +1,5 @@
 """Packaging for openprocurement_feed."""
+
 import os
 
 from setuptools import find_packages, setup
@@ -22,23 +23,43 @@ TEST = [
     "build>=1.0",
     "pytest>=7.4",
     "pytest-timeout>=2.2",
+    "pytest-cov>=5.0",
     "webtest>=3.0",
     "hypothesis>=6.90",
-] + EMBEDDED + CLIENT + DOCS + METRICS + FAST
+    *EMBEDDED,
+    *CLIENT,
+    *DOCS,
+    *METRICS,
+    *FAST,
+]
+# The maintenance checks (make lint): ruff lints and checks the format, mypy
+# checks the types; the stubs cover the typed-by-stub libraries the package
+# and its tests use (pyramid and cornice have none: see pyproject.toml).
+LINT = [
+    "ruff>=0.6",
+    "mypy>=1.10",
+    "types-requests",
+    "types-tqdm",
+    "types-waitress",
+    "types-webob",
+    "types-webtest",
+]
+# The Python matrix (make matrix).
+MATRIX = ["tox>=4.11"]
 
 setup(
     name="openprocurement_feed",
     version="0.1.0.dev0",
-    description=(
-        "A paginated feed for openprocurement-style Pyramid APIs that never "
-        "loses a document"
-    ),
+    description=("A paginated feed for openprocurement-style Pyramid APIs that never loses a document"),
     long_description=read("README.rst") + "\n\n" + read("CHANGES.rst"),
     long_description_content_type="text/x-rst",
     classifiers=[
         "Framework :: Pyramid",
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "License :: OSI Approved :: Apache Software License",
         "Topic :: Internet :: WWW/HTTP :: WSGI :: Application",
         "Topic :: Database",
@@ -48,7 +69,7 @@ setup(
     packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
     include_package_data=True,
     zip_safe=False,
-    python_requires=">=3.11",
+    python_requires=">=3.10",
     install_requires=["pyramid>=2.0", "cornice>=6.0", "pymongo>=4.6"],
     extras_require={
         "embedded": EMBEDDED,
@@ -57,6 +78,8 @@ setup(
         "metrics": METRICS,
         "fast": FAST,
         "test": TEST,
+        "lint": LINT,
+        "matrix": MATRIX,
     },
     entry_points={
         "paste.app_factory": ["demo = openprocurement_feed.demo:main"],

@@ -1,4 +1,5 @@
 """Sphinx configuration of the openprocurement_feed documentation."""
+
 import os
 import sys
 

@@ -1,4 +1,5 @@
 """JSON error bodies in the cornice shape and the exception views that use them."""
+
 from __future__ import annotations
 
 import logging

@@ -17,20 +17,23 @@ feed collection, sorted on ``committed_ts`` and bounded by the sequencer's
 checkpoint (``{"committed_ts": {"$lte": <checkpoint>}}``, read as a page reads
 it), followed by the read of a page's documents by ``_id``.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo.collection import Collection
 
-from .database import PUBLIC_MODIFIED, FeedStoreMixin
+from .database import FeedStoreMixin
 from .orders import (
     COMMIT,
     COMMITTED_TS,
+    PUBLIC_MODIFIED,
     WATERMARK,
     CommitReader,
     FeedNotReady,
@@ -193,13 +196,23 @@ def feed_query_shapes(
             )
             for variant, options in variants:
                 query, sort = store.build_query(
-                    offset_field=key, mode=mode, filters=filters, watermark=bounded,
-                    reader=reader, **options,  # type: ignore[arg-type]
+                    offset_field=key,
+                    mode=mode,
+                    filters=filters,
+                    watermark=bounded,
+                    reader=reader,
+                    **options,
                 )
-                shapes.append(QueryShape(
-                    f"{label}{mode_name}, {variant}", query, sort, limit, index,
-                    projection=projection,
-                ))
+                shapes.append(
+                    QueryShape(
+                        f"{label}{mode_name}, {variant}",
+                        query,
+                        sort,
+                        limit,
+                        index,
+                        projection=projection,
+                    )
+                )
             # After a tie group larger than a page: the keyset query of
             # FeedStoreMixin._after (value, then _id, in feed order).
             keyset = dict(filters or {})
@@ -208,13 +221,23 @@ def feed_query_shapes(
                 {key: offset_value, "_id": {"$gt": ""}},
             ]
             query, sort = store.build_query(
-                offset_field=key, mode=mode, filters=keyset, watermark=bounded,
-                has_offset=True, reader=reader,
+                offset_field=key,
+                mode=mode,
+                filters=keyset,
+                watermark=bounded,
+                has_offset=True,
+                reader=reader,
             )
-            shapes.append(QueryShape(
-                f"{label}{mode_name}, ascending, after a tie group", query, sort, limit, index,
-                projection=projection,
-            ))
+            shapes.append(
+                QueryShape(
+                    f"{label}{mode_name}, ascending, after a tie group",
+                    query,
+                    sort,
+                    limit,
+                    index,
+                    projection=projection,
+                )
+            )
     return shapes
 
 
@@ -222,8 +245,13 @@ def page_documents_shape(collection_name: str, ids: Sequence[Any], limit: int = 
     """The second query of a commit-ordered page: its documents by ``_id``
     (:meth:`~.orders.CommitReader.finish`), on the feed collection."""
     return QueryShape(
-        "page documents, by _id", {"_id": {"$in": list(ids)}}, (), limit, ID_INDEX,
-        collection=collection_name, projection=DOCUMENTS_PROJECTION,
+        "page documents, by _id",
+        {"_id": {"$in": list(ids)}},
+        (),
+        limit,
+        ID_INDEX,
+        collection=collection_name,
+        projection=DOCUMENTS_PROJECTION,
     )
 
 
@@ -246,7 +274,7 @@ def walk_plan(plan: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 
 
 def explain_shape(
-    collection: Collection, shape: QueryShape, projection: Mapping[str, Any] | None = None
+    collection: Collection[Any], shape: QueryShape, projection: Mapping[str, Any] | None = None
 ) -> PlanReport:
     """Explain one shape with ``executionStats`` and run it to count results.
 
@@ -255,24 +283,22 @@ def explain_shape(
     if shape.collection:
         collection = collection.database.get_collection(shape.collection)
     projection = dict(projection or shape.projection or DEFAULT_PROJECTION)
-    command = SON([
-        ("find", collection.name),
-        ("filter", dict(shape.filter)),
-        ("sort", SON(list(shape.sort))),
-        ("projection", projection),
-        ("limit", shape.limit),
-    ])
+    command = SON(
+        [
+            ("find", collection.name),
+            ("filter", dict(shape.filter)),
+            ("sort", SON(list(shape.sort))),
+            ("projection", projection),
+            ("limit", shape.limit),
+        ]
+    )
     result = collection.database.command("explain", command, verbosity="executionStats")
     winning = result.get("queryPlanner", {}).get("winningPlan", {})
     stages = tuple(stage.get("stage", "?") for stage in walk_plan(winning))
-    indexes = tuple(
-        dict.fromkeys(stage["indexName"] for stage in walk_plan(winning) if stage.get("indexName"))
-    )
+    indexes = tuple(dict.fromkeys(stage["indexName"] for stage in walk_plan(winning) if stage.get("indexName")))
     stats = result.get("executionStats", {})
     # Some servers report nReturned before the limit; count the real answer.
-    returned = len(list(collection.find(
-        shape.filter, {"_id": 1}, sort=list(shape.sort) or None, limit=shape.limit
-    )))
+    returned = len(list(collection.find(shape.filter, {"_id": 1}, sort=list(shape.sort) or None, limit=shape.limit)))
     return PlanReport(
         shape=shape,
         stages=stages,
@@ -288,7 +314,7 @@ def _normal_keys(keys: Iterable[Any]) -> tuple[tuple[str, int], ...]:
 
 
 def missing_feed_indexes(
-    collection: Collection, scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+    collection: Collection[Any], scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
 ) -> list[dict[str, Any]]:
     """The feed index specs (sorted on ``key``) with no matching index on
     ``collection``: pass ``key="committed_ts"`` for a positions collection.
@@ -301,7 +327,9 @@ def missing_feed_indexes(
         partial = info.get("partialFilterExpression")
         existing.append((_normal_keys(info["key"]), dict(partial) if partial else None))
     missing = []
-    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):
+    # (database.py annotates the result as ``list[...]`` inside a class that
+    # defines a method called ``list``: mypy cannot read it.)
+    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):  # type: ignore[attr-defined]
         keys = _normal_keys(spec["keys"])
         wanted = dict(spec["partialFilterExpression"])
         if not any(have == keys and partial in (None, wanted) for have, partial in existing):
@@ -309,7 +337,7 @@ def missing_feed_indexes(
     return missing
 
 
-def sample_offset(collection: Collection) -> float:
+def sample_offset(collection: Collection[Any]) -> float:
     """A ``public_modified`` in the middle of the public documents (now when
     there are none), so offset shapes select about half the feed."""
     public = {"is_public": True, PUBLIC_MODIFIED: {"$type": "number"}}
@@ -320,7 +348,7 @@ def sample_offset(collection: Collection) -> float:
     return round((float(first[PUBLIC_MODIFIED]) + float(last[PUBLIC_MODIFIED])) / 2, 3)
 
 
-def _first_position(positions: Collection, direction: int, public: bool) -> Timestamp | None:
+def _first_position(positions: Collection[Any], direction: int, public: bool) -> Timestamp | None:
     """The lowest (``direction`` 1) or highest (-1) ``committed_ts`` of the entries."""
     query: dict[str, Any] = {COMMITTED_TS: {"$type": "timestamp"}}
     if public:
@@ -329,7 +357,7 @@ def _first_position(positions: Collection, direction: int, public: bool) -> Time
     return row[COMMITTED_TS] if row else None
 
 
-def sample_position(positions: Collection) -> Timestamp:
+def sample_position(positions: Collection[Any]) -> Timestamp:
     """A ``committed_ts`` in the middle of the public entries of a positions
     collection (the cluster time of now, roughly, when there are none), so
     offset shapes select about half the feed: midway in time when the entries
@@ -346,25 +374,25 @@ def sample_position(positions: Collection) -> Timestamp:
     return row[COMMITTED_TS] if row else low
 
 
-def newest_position(positions: Collection) -> Timestamp:
+def newest_position(positions: Collection[Any]) -> Timestamp:
     """The newest ``committed_ts`` of a positions collection (the cluster time
     of now, roughly, when it is empty): the bound of shapes explained before
     the sequencer published a checkpoint."""
     return _first_position(positions, -1, public=False) or Timestamp(int(time.time()), 0)
 
 
-def sample_page_ids(positions: Collection, limit: int) -> list[Any]:
+def sample_page_ids(positions: Collection[Any], limit: int) -> list[Any]:
     """The ids of up to ``limit`` public entries: a page's documents."""
     return [row["_id"] for row in positions.find({"is_public": True}, {"_id": 1}, limit=limit)]
 
 
-def sample_scope_value(collection: Collection, scope_field: str) -> Any:
+def sample_scope_value(collection: Collection[Any], scope_field: str) -> Any:
     """A value of ``scope_field`` found on a public document, or a placeholder."""
     doc = collection.find_one({"is_public": True, scope_field: {"$exists": True}}, {scope_field: 1})
     return doc[scope_field] if doc else "example"
 
 
-def _new_analysis(collection: Collection, order: str) -> Analysis:
+def _new_analysis(collection: Collection[Any], order: str) -> Analysis:
     """An empty :class:`Analysis` of ``collection`` with the server's identity."""
     info = collection.database.client.server_info()
     return Analysis(
@@ -376,8 +404,7 @@ def _new_analysis(collection: Collection, order: str) -> Analysis:
     )
 
 
-def _explain_all(analysis: Analysis, collection: Collection, shapes: Sequence[QueryShape],
-                 progress: Any) -> None:
+def _explain_all(analysis: Analysis, collection: Collection[Any], shapes: Sequence[QueryShape], progress: Any) -> None:
     """Explain ``shapes`` on ``collection`` into ``analysis``."""
     for done, shape in enumerate(shapes, 1):
         analysis.reports.append(explain_shape(collection, shape))
@@ -385,8 +412,9 @@ def _explain_all(analysis: Analysis, collection: Collection, shapes: Sequence[Qu
             progress(done, len(shapes))
 
 
-def _analyse_watermark(collection: Collection, store: FeedStoreMixin, scope_field: str | None,
-                       limit: int, progress: Any) -> Analysis:
+def _analyse_watermark(
+    collection: Collection[Any], store: FeedStoreMixin, scope_field: str | None, limit: int, progress: Any
+) -> Analysis:
     """The shapes of a watermark-ordered feed, on the feed collection."""
     analysis = _new_analysis(collection, WATERMARK)
     analysis.missing_indexes = missing_feed_indexes(collection, [scope_field] if scope_field else [])
@@ -396,15 +424,14 @@ def _analyse_watermark(collection: Collection, store: FeedStoreMixin, scope_fiel
     return analysis
 
 
-def _analyse_commit(collection: Collection, store: FeedStoreMixin, scope_field: str | None,
-                    limit: int, progress: Any) -> Analysis:
+def _analyse_commit(
+    collection: Collection[Any], store: FeedStoreMixin, scope_field: str | None, limit: int, progress: Any
+) -> Analysis:
     """The shapes of a commit-ordered feed: on its positions collection,
     bounded by the checkpoint as a page reads it, then a page's documents."""
     positions = collection.database.get_collection(positions_name(collection.name))
     analysis = _new_analysis(positions, COMMIT)
-    analysis.missing_indexes = missing_feed_indexes(
-        positions, [scope_field] if scope_field else [], key=COMMITTED_TS
-    )
+    analysis.missing_indexes = missing_feed_indexes(positions, [scope_field] if scope_field else [], key=COMMITTED_TS)
     scope_value = sample_scope_value(positions, scope_field) if scope_field else None
     position = sample_position(positions)
     documents = page_documents_shape(collection.name, sample_page_ids(positions, limit), limit)
@@ -423,7 +450,7 @@ def _analyse_commit(collection: Collection, store: FeedStoreMixin, scope_field: 
 
 
 def analyse(
-    collection: Collection,
+    collection: Collection[Any],
     scope_field: str | None = None,
     limit: int = 100,
     store: FeedStoreMixin | None = None,
@@ -456,8 +483,10 @@ def _bound_note(analysis: Analysis) -> str:
     if analysis.order != COMMIT:
         return "watermark $expr left out: it is a residual filter"
     if analysis.checkpoint is None:
-        return ("commit order; NO CHECKPOINT YET: the feed answers 503 until its sequencer "
-                "runs; bounded here by the newest position")
+        return (
+            "commit order; NO CHECKPOINT YET: the feed answers 503 until its sequencer "
+            "runs; bounded here by the newest position"
+        )
     stamp = analysis.checkpoint
     return f"commit order, bounded by the checkpoint Timestamp({stamp.time}, {stamp.inc})"
 
@@ -487,9 +516,7 @@ def format_analysis(analysis: Analysis) -> str:
     )
     for report in analysis.reports:
         plan = " > ".join(report.stages)
-        flag = "" if report.served else "  <-- " + (
-            "collection scan" if report.collection_scan else "in-memory sort"
-        )
+        flag = "" if report.served else "  <-- " + ("collection scan" if report.collection_scan else "in-memory sort")
         lines.append(
             f"{report.shape.name:<{width}}  {plan:<42} {', '.join(report.indexes) or '-':<18} "
             f"{report.shape.expected_index:<18} {_ratio(report.per_returned(report.keys_examined)):>8} "

@@ -16,15 +16,17 @@ Verdicts (:func:`feed_health`):
   ``feed.checkpoint_threshold_seconds`` past the checkpoint (the sequencer
   is not keeping up), else ``ok``; ``unknown`` before the first checkpoint.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from bson.timestamp import Timestamp
 from pymongo.database import Database
@@ -66,8 +68,13 @@ class LagWindow:
             while self.samples and self.samples[0][0] < now - self.seconds:
                 self.samples.popleft()
             lags = sorted(lag for _, lag in self.samples)
-        result: dict[str, Any] = {"p50": None, "p99": None, "max": None, "count": len(lags),
-                                  "window_seconds": self.seconds}
+        result: dict[str, Any] = {
+            "p50": None,
+            "p99": None,
+            "max": None,
+            "count": len(lags),
+            "window_seconds": self.seconds,
+        }
         if lags:
             result.update(
                 p50=round(lags[len(lags) // 2] * 1000, 1),
@@ -92,20 +99,23 @@ def event_lag(event: Mapping[str, Any]) -> float | None:
 class Publisher:
     """Publishes a follower's figures to ``feed_health`` at most every ``every`` s."""
 
-    db: Database
+    db: Database[Any]
     collection: str
     role: str
     every: float = 1.0
     last: float = field(default=0.0)
 
-    def maybe_publish(self, window: LagWindow, extra: Mapping[str, Any] | None = None,
-                      force: bool = False) -> None:
+    def maybe_publish(self, window: LagWindow, extra: Mapping[str, Any] | None = None, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.every:
             return
         self.last = now
-        document = {"role": self.role, "lag_ms": window.summary(),
-                    "updated": datetime.now(timezone.utc), **(extra or {})}
+        document = {
+            "role": self.role,
+            "lag_ms": window.summary(),
+            "updated": datetime.now(timezone.utc),
+            **(extra or {}),
+        }
         self.db[HEALTH_COLLECTION].update_one({"_id": self.collection}, {"$set": document}, upsert=True)
 
 
@@ -118,11 +128,13 @@ def _age(moment: Any, now: datetime) -> float | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return round(max(0.0, (now - moment).total_seconds()), 1)
+    seconds: float = (now - moment).total_seconds()
+    return round(max(0.0, seconds), 1)
 
 
-def feed_health(db: Database, feed: Any, watermark_seconds: float, threshold: float,
-                now: datetime | None = None) -> dict[str, Any]:
+def feed_health(
+    db: Database[Any], feed: Any, watermark_seconds: float, threshold: float, now: datetime | None = None
+) -> dict[str, Any]:
     """The health of one feed (a :class:`~.views.FeedDefinition`)."""
     now = now or datetime.now(timezone.utc)
     published = db[HEALTH_COLLECTION].find_one({"_id": feed.collection}) or {}
@@ -131,12 +143,17 @@ def feed_health(db: Database, feed: Any, watermark_seconds: float, threshold: fl
     lag = published.get("lag_ms") if running else None
     lag = lag or {"p50": None, "p99": None, "max": None, "count": 0, "window_seconds": None}
     body: dict[str, Any] = {
-        "name": feed.name, "collection": feed.collection, "order": feed.order,
+        "name": feed.name,
+        "collection": feed.collection,
+        "order": feed.order,
         "watermark_seconds": watermark_seconds,
-        "watcher": {"running": running, "updated": published.get("updated").isoformat()
-                    if isinstance(published.get("updated"), datetime) else None,
-                    "age_seconds": age},
-        "checkpoint": None, "lag_ms": lag,
+        "watcher": {
+            "running": running,
+            "updated": updated.isoformat() if isinstance(updated := published.get("updated"), datetime) else None,
+            "age_seconds": age,
+        },
+        "checkpoint": None,
+        "lag_ms": lag,
     }
     if feed.order == COMMIT:
         body["verdict"], body["reason"] = _commit_verdict(db, feed, threshold, body)
@@ -153,30 +170,33 @@ def _watermark_verdict(watermark: float, running: bool, lag: Mapping[str, Any]) 
     worst_ms = float(lag["max"])
     w_ms = watermark * 1000
     if worst_ms >= w_ms:
-        return "violated", (f"max start-to-commit lag {worst_ms:.0f} ms >= W ({w_ms:.0f} ms): "
-                            "a write may have been skipped by crawlers; raise W")
+        return "violated", (
+            f"max start-to-commit lag {worst_ms:.0f} ms >= W ({w_ms:.0f} ms): "
+            "a write may have been skipped by crawlers; raise W"
+        )
     if worst_ms > w_ms / 2:
         return "at-risk", f"max start-to-commit lag {worst_ms:.0f} ms > W/2 ({w_ms / 2:.0f} ms)"
     return "ok", f"max start-to-commit lag {worst_ms:.0f} ms is below half of W ({w_ms / 2:.0f} ms)"
 
 
-def _commit_verdict(db: Database, feed: Any, threshold: float,
-                    body: dict[str, Any]) -> tuple[str, str]:
+def _commit_verdict(db: Database[Any], feed: Any, threshold: float, body: dict[str, Any]) -> tuple[str, str]:
     state = db[positions_name(feed.collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
     checkpoint = state.get("checkpoint")
     if not isinstance(checkpoint, Timestamp):
         return "unknown", "no checkpoint yet: " + HOW_TO_WATCH
-    newest = db[feed.collection].find_one(
-        {"is_public": True}, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, -1)]
-    ) or {}
-    body["checkpoint"] = {"position": f"{checkpoint.time}.{checkpoint.inc:010d}",
-                          "age_seconds": round(max(0.0, time.time() - checkpoint.time), 1)}
+    newest = db[feed.collection].find_one({"is_public": True}, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, -1)]) or {}
+    body["checkpoint"] = {
+        "position": f"{checkpoint.time}.{checkpoint.inc:010d}",
+        "age_seconds": round(max(0.0, time.time() - checkpoint.time), 1),
+    }
     stamp = newest.get(PUBLIC_MODIFIED)
     behind = float(stamp) - (checkpoint.time + 1) if isinstance(stamp, (int, float)) else 0.0
     body["checkpoint"]["behind_newest_write_seconds"] = round(max(0.0, behind), 1)
     if behind > threshold:
-        return "at-risk", (f"the checkpoint is {behind:.0f} s behind the newest write "
-                           f"(threshold {threshold:g} s): is the sequencer running?")
+        return "at-risk", (
+            f"the checkpoint is {behind:.0f} s behind the newest write "
+            f"(threshold {threshold:g} s): is the sequencer running?"
+        )
     return "ok", "the sequencer keeps up"
 
 
@@ -203,8 +223,7 @@ class VerdictLog:
 
 def _feed_collections(registry: Any, commit_only: bool = False) -> list[str]:
     feeds = getattr(registry, "feed_definitions", {}).values()
-    return list(dict.fromkeys(feed.collection for feed in feeds
-                              if not commit_only or feed.order == COMMIT))
+    return list(dict.fromkeys(feed.collection for feed in feeds if not commit_only or feed.order == COMMIT))
 
 
 def checkpoint_ages(registry: Any) -> dict[str, float]:
@@ -235,8 +254,7 @@ def health_report(registry: Any) -> dict[str, Any]:
     store = registry.feed_store
     feeds = []
     for feed in registry.feed_definitions.values():
-        item = feed_health(store.db, feed, settings.watermark_seconds,
-                           settings.checkpoint_threshold_seconds)
+        item = feed_health(store.db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
         item["path"] = f"{settings.route_prefix}/{feed.path}"
         registry.feed_verdicts.note(feed.name, item["verdict"], item["reason"])
         feeds.append(item)

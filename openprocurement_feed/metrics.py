@@ -27,12 +27,14 @@ reports the most recently set value. Values computed at scrape time by the
 scrape hooks come from shared state (the database), so every worker reports
 them alike.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
@@ -54,7 +56,7 @@ LAG_WINDOW = "openprocurement_feed_lag_window_seconds"
 #: Page latency buckets: 1 ms to 5 s.
 PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: Start-to-commit lag buckets: 1 ms to 10 s.
-LAG_BUCKETS = PAGE_BUCKETS + (10.0,)
+LAG_BUCKETS = (*PAGE_BUCKETS, 10.0)
 #: The environment variable of prometheus_client's multi-process mode.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ROUTE_NAME = "openprocurement_feed.metrics"
@@ -95,8 +97,7 @@ class FeedMetrics:
     """
 
     def __init__(self, multiprocess_dir: str | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-        from prometheus_client import values
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
         self.multiprocess_dir = multiprocess_dir or None
         if self.multiprocess_dir is not None:
@@ -106,36 +107,40 @@ class FeedMetrics:
                     "was imported before it was: set it before the process starts."
                 )
             if not os.path.isdir(self.multiprocess_dir):
-                raise ConfigurationError(
-                    f"{MULTIPROC_ENV} is {multiprocess_dir!r}, which is not a directory."
-                )
+                raise ConfigurationError(f"{MULTIPROC_ENV} is {multiprocess_dir!r}, which is not a directory.")
         # In multi-process mode the values live in files and the metric
         # objects belong to no registry; the scrape reads the files.
         own = CollectorRegistry() if self.multiprocess_dir is None else None
-        self.pages = Counter(
-            PAGES, "Feed pages answered, by HTTP status.", ["feed", "status"], registry=own
-        )
+        self.pages = Counter(PAGES, "Feed pages answered, by HTTP status.", ["feed", "status"], registry=own)
         self.items = Counter(ITEMS, "Items served in feed pages.", ["feed"], registry=own)
         self.page_seconds = Histogram(
-            PAGE_SECONDS, "Feed page latency in seconds.", ["feed"],
-            buckets=PAGE_BUCKETS, registry=own,
+            PAGE_SECONDS,
+            "Feed page latency in seconds.",
+            ["feed"],
+            buckets=PAGE_BUCKETS,
+            registry=own,
         )
         self.commit_lag = Histogram(
             COMMIT_LAG,
             "Start-to-commit lag of writes: a change event's wallTime minus the "
             "document's public_modified, in seconds.",
-            ["collection"], buckets=LAG_BUCKETS, registry=own,
+            ["collection"],
+            buckets=LAG_BUCKETS,
+            registry=own,
         )
         self.checkpoint_age = Gauge(
-            CHECKPOINT_AGE, "Age of a commit-ordered feed's checkpoint in seconds.",
-            ["collection"], multiprocess_mode="mostrecent", registry=own,
+            CHECKPOINT_AGE,
+            "Age of a commit-ordered feed's checkpoint in seconds.",
+            ["collection"],
+            multiprocess_mode="mostrecent",
+            registry=own,
         )
         if own is not None:
             self._source: Any = own
         else:
             from prometheus_client.multiprocess import MultiProcessCollector
 
-            self._source = MultiProcessCollector(None, path=self.multiprocess_dir)
+            self._source = MultiProcessCollector(None, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
         self._age_hooks: list[AgeHook] = []
         self._window_hooks: list[WindowHook] = []
         # Label children cached per label values: ``labels()`` validates and
@@ -146,7 +151,7 @@ class FeedMetrics:
         self.registry.register(_ScrapeCollector(self))
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> "FeedMetrics":
+    def from_environ(cls, environ: Mapping[str, str]) -> FeedMetrics:
         """Metrics in multi-process mode when ``PROMETHEUS_MULTIPROC_DIR`` is set."""
         return cls(environ.get(MULTIPROC_ENV) or None)
 
@@ -252,7 +257,8 @@ class _ScrapeCollector:
         windows = metrics._call_hooks(metrics._window_hooks)
         if windows:
             family = GaugeMetricFamily(
-                LAG_WINDOW, "Start-to-commit lag over the recent window, in seconds.",
+                LAG_WINDOW,
+                "Start-to-commit lag over the recent window, in seconds.",
                 labels=["collection", "quantile"],
             )
             for collection, quantiles in windows.items():
@@ -267,7 +273,8 @@ class _ScrapeCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         family = GaugeMetricFamily(
-            CHECKPOINT_AGE, "Age of a commit-ordered feed's checkpoint in seconds.",
+            CHECKPOINT_AGE,
+            "Age of a commit-ordered feed's checkpoint in seconds.",
             labels=["collection"],
         )
         for sample in samples:

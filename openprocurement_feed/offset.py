@@ -14,18 +14,20 @@ as a float of seconds (crawlers read it for cool-downs), and its second part
 of exactly ten digits cannot be mistaken for ``repr`` of a ``public_modified``
 float (which never has ten fractional digits at epoch magnitudes).
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
 import re
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Union
 
 from bson.timestamp import Timestamp
 
-OffsetValue = Union[float, Timestamp]
+OffsetValue = float | Timestamp
 
 INTEGER_RE = re.compile(r"\d+", re.ASCII)
 SIGNED_INTEGER_RE = re.compile(r"[+-]?\d+", re.ASCII)
@@ -90,16 +92,31 @@ def is_position_offset(raw: str) -> bool:
     legacy ``public_ts`` offset): the form a commit-ordered feed serves."""
     parts = raw.split(".")
     return (
-        len(parts) in (2, 4)
-        and bool(INTEGER_RE.fullmatch(parts[0]))
-        and bool(LEGACY_INCREMENT_RE.fullmatch(parts[1]))
+        len(parts) in (2, 4) and bool(INTEGER_RE.fullmatch(parts[0])) and bool(LEGACY_INCREMENT_RE.fullmatch(parts[1]))
     )
+
+
+#: The parts of an ISO-8601 date-time that ``datetime.fromisoformat`` reads
+#: only from Python 3.11 on: a fraction of other than 3 or 6 digits, ``Z``,
+#: and an offset without a colon.
+_ISO_FRACTION_RE = re.compile(r"(T\d{2}:\d{2}:\d{2})[.,](\d+)")
+_ISO_ZONE_RE = re.compile(r"(?:Z|([+-]\d{2})(\d{2}))$")
+
+
+def _as_python310_iso(text: str) -> str:
+    """``text`` in the narrower ISO form Python 3.10's ``fromisoformat``
+    reads: the fraction padded or cut to microseconds, ``Z`` and ``+hhmm``
+    written ``+hh:mm``."""
+    text = _ISO_FRACTION_RE.sub(lambda match: f"{match[1]}.{(match[2] + '000000')[:6]}", text)
+    return _ISO_ZONE_RE.sub(lambda match: f"{match[1]}:{match[2]}" if match[1] else "+00:00", text)
 
 
 def _parse_iso(raw: str) -> float:
     text = raw.replace(" ", "+")
     if len(text) < 10 or not text[:4].isdigit():
         raise ValueError(raw)
+    if sys.version_info < (3, 11):
+        text = _as_python310_iso(text)
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)

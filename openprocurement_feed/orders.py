@@ -17,11 +17,13 @@ The store (:class:`~.database.FeedStoreMixin`) opens a :class:`PageReader` of
 the feed's order for each page and runs one code path for both: the offset
 range, the tie handling and the keyset continuation.
 """
+
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
@@ -107,9 +109,14 @@ class PageReader:
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         """Add the order's upper bound to ``query`` (in place)."""
 
-    def _cursor(self, collection: Collection, query: Mapping[str, Any],
-                projection: Mapping[str, Any], sort: Sequence[tuple[str, int]] | None,
-                limit: int) -> list[dict[str, Any]]:
+    def _cursor(
+        self,
+        collection: Collection[Any],
+        query: Mapping[str, Any],
+        projection: Mapping[str, Any],
+        sort: Sequence[tuple[str, int]] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
         cursor = collection.find(query, projection, sort=sort, limit=limit, session=self.session)
         if self.max_time_ms:
             cursor = cursor.max_time_ms(self.max_time_ms)
@@ -118,8 +125,9 @@ class PageReader:
         to_list = getattr(cursor, "to_list", None)
         return to_list() if to_list is not None else list(cursor)
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
@@ -130,8 +138,7 @@ class PageReader:
 class WatermarkReader(PageReader):
     """Pages the documents themselves by ``public_modified`` (or ``public_ts``)."""
 
-    def __init__(self, collection: Collection, watermark_seconds: float, key: str,
-                 max_time_ms: int = 0) -> None:
+    def __init__(self, collection: Collection[Any], watermark_seconds: float, key: str, max_time_ms: int = 0) -> None:
         super().__init__(max_time_ms)
         self.collection = collection
         self.watermark_seconds = watermark_seconds
@@ -144,13 +151,12 @@ class WatermarkReader(PageReader):
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         # Every ascending query, and a descending one without offset (its
         # first page seeds a crawler's forward sync); not history.
-        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (
-            not descending or not has_offset
-        ):
+        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (not descending or not has_offset):
             query["$expr"] = self.watermark_expr()
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         projection = {name: 1 for name in fields}
         projection[PUBLIC_MODIFIED] = 1
         projection[self.key] = 1
@@ -164,13 +170,14 @@ class CommitReader(PageReader):
     key = COMMITTED_TS
     hides_rows = True
 
-    def __init__(self, collection: Collection, session: ClientSession, max_time_ms: int = 0) -> None:
+    def __init__(self, collection: Collection[Any], session: ClientSession, max_time_ms: int = 0) -> None:
         super().__init__(max_time_ms, session)
         majority = ReadConcern("majority")
         db = collection.database
-        options = dict(read_preference=collection.read_preference, read_concern=majority)
-        self.documents = collection.with_options(**options)
-        self.positions = db.get_collection(positions_name(collection.name), **options)
+        self.documents = collection.with_options(read_preference=collection.read_preference, read_concern=majority)
+        self.positions = db.get_collection(
+            positions_name(collection.name), read_preference=collection.read_preference, read_concern=majority
+        )
         state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1}, session=session)
         if not state or not isinstance(state.get("checkpoint"), Timestamp):
             raise FeedNotReady(collection.name)
@@ -185,8 +192,9 @@ class CommitReader(PageReader):
         bounded["$lte"] = self.checkpoint if upper is None else min(upper, self.checkpoint)
         query[COMMITTED_TS] = bounded
 
-    def find(self, query: Mapping[str, Any], fields: Iterable[str],
-             sort: Sequence[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def find(
+        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
+    ) -> list[dict[str, Any]]:
         return self._cursor(self.positions, query, {COMMITTED_TS: 1}, sort, limit)
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
@@ -202,9 +210,7 @@ class CommitReader(PageReader):
         projection["is_public"] = 1
         docs = {
             doc["_id"]: doc
-            for doc in self._cursor(
-                self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0
-            )
+            for doc in self._cursor(self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0)
         }
         page = []
         for row in rows:
@@ -238,8 +244,9 @@ class FeedOrder:
         read a safe margin earlier, in the direction of travel)."""
         return offset
 
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> ContextManager[PageReader]:
+    def reader(
+        self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None
+    ) -> AbstractContextManager[PageReader]:
         """A :class:`PageReader` for one page of ``collection``; ``key`` is
         the offset's field where an order reads more than one."""
         raise NotImplementedError
@@ -265,14 +272,13 @@ class WatermarkOrder(FeedOrder):
         if not offset.is_position or self.stamp_public_ts:
             return offset
         margin = CROSS_ORDER_MARGIN + self.watermark_seconds
+        assert isinstance(offset.value, Timestamp)  # is_position
         seconds = float(offset.value.time) + (margin if descending else -margin)
         return Offset(max(seconds, 0.0))
 
     @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> Iterator[PageReader]:
-        yield WatermarkReader(collection, self.watermark_seconds, key or PUBLIC_MODIFIED,
-                              max_time_ms)
+    def reader(self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None) -> Iterator[PageReader]:
+        yield WatermarkReader(collection, self.watermark_seconds, key or PUBLIC_MODIFIED, max_time_ms)
 
 
 class CommitOrder(FeedOrder):
@@ -291,6 +297,7 @@ class CommitOrder(FeedOrder):
     def convert(self, offset: Offset, descending: bool) -> Offset:
         if offset.is_position:
             return Offset(offset.value, offset.count, offset.digest, COMMITTED_TS)
+        assert not isinstance(offset.value, Timestamp)  # not is_position
         seconds = float(offset.value)
         if descending:
             moment = min(math.ceil(seconds + self.margin), 2**32 - 1)
@@ -299,7 +306,6 @@ class CommitOrder(FeedOrder):
         return Offset(Timestamp(int(moment), 0), field=COMMITTED_TS)
 
     @contextmanager
-    def reader(self, collection: Collection, max_time_ms: int = 0,
-               key: str | None = None) -> Iterator[PageReader]:
+    def reader(self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None) -> Iterator[PageReader]:
         with collection.database.client.start_session(causal_consistency=True) as session:
             yield CommitReader(collection, session, max_time_ms)

@@ -31,19 +31,20 @@ from its entry's (or that has none) gets a fresh position above the old
 checkpoint, entries of vanished documents become tombstones, and it goes on
 from the present. Both are :meth:`CollectionSequencer.restamp`.
 """
+
 from __future__ import annotations
 
 import logging
 import statistics
-
-import bson
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
+import bson
 from bson.timestamp import Timestamp
 from pymongo import ASCENDING, DESCENDING, UpdateOne
 from pymongo.change_stream import CollectionChangeStream
@@ -84,7 +85,7 @@ def predecessor(position: Timestamp) -> Timestamp:
     return Timestamp(position.time - 1, MAX_INCREMENT)
 
 
-def cluster_time(db: Database) -> Timestamp:
+def cluster_time(db: Database[Any]) -> Timestamp:
     """The database's current cluster (operation) time."""
     reply = db.command("ping")
     stamp = reply.get("operationTime") or (reply.get("$clusterTime") or {}).get("clusterTime")
@@ -149,9 +150,7 @@ class PositionCounter:
         if self.last is not None and candidate <= self.last:
             candidate = successor(self.last)
         if candidate >= self.ceiling:
-            raise SequencerError(
-                f"no free position below {self.ceiling} for a backfilled document"
-            )
+            raise SequencerError(f"no free position below {self.ceiling} for a backfilled document")
         self.last = candidate
         return candidate
 
@@ -160,11 +159,17 @@ def forward_only(entry: Mapping[str, Any]) -> UpdateOne:
     """An upsert that writes ``entry`` unless its entry is already as new."""
     return UpdateOne(
         {"_id": entry["_id"]},
-        [{"$replaceWith": {"$cond": [
-            {"$lt": ["$" + COMMITTED_TS, entry[COMMITTED_TS]]},
-            {"$literal": dict(entry)},
-            "$$ROOT",
-        ]}}],
+        [
+            {
+                "$replaceWith": {
+                    "$cond": [
+                        {"$lt": ["$" + COMMITTED_TS, entry[COMMITTED_TS]]},
+                        {"$literal": dict(entry)},
+                        "$$ROOT",
+                    ]
+                }
+            }
+        ],
         upsert=True,
     )
 
@@ -182,7 +187,7 @@ class CollectionSequencer:
 
     def __init__(
         self,
-        collection: Collection,
+        collection: Collection[Any],
         scope_fields: Iterable[str] = (),
         batch_size: int = 1000,
         max_await_ms: int = 20,
@@ -268,8 +273,9 @@ class CollectionSequencer:
         return self.positions.find_one({"_id": STATE_ID}) or {}
 
     @staticmethod
-    def state_update(token: Mapping[str, Any] | None, token_ts: Timestamp | None,
-                     checkpoint: Timestamp | None) -> UpdateOne:
+    def state_update(
+        token: Mapping[str, Any] | None, token_ts: Timestamp | None, checkpoint: Timestamp | None
+    ) -> UpdateOne:
         """Save the resume token (if newer than the saved one) and advance the
         checkpoint (``$max``), as one upsert of the state document."""
         stage: dict[str, Any] = {}
@@ -290,8 +296,9 @@ class CollectionSequencer:
             self.stats.checkpoint = checkpoint
         self.stats.published_at = time.time()
 
-    def publish(self, token: Mapping[str, Any] | None, token_ts: Timestamp | None,
-                checkpoint: Timestamp | None) -> None:
+    def publish(
+        self, token: Mapping[str, Any] | None, token_ts: Timestamp | None, checkpoint: Timestamp | None
+    ) -> None:
         """Save the token and the checkpoint alone (no entries)."""
         self.write((), self.state_update(token, token_ts, checkpoint))
         self.published(checkpoint)
@@ -315,16 +322,17 @@ class CollectionSequencer:
         projection = {"_id": 1, "_rev": 1, "is_public": 1, "is_test": 1, PUBLIC_MODIFIED: 1}
         projection.update({name: 1 for name in self.scope_fields})
         cursor = self.collection.find(
-            {"is_public": True}, projection,
+            {"is_public": True},
+            projection,
             sort=[(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)],
-            batch_size=RESTAMP_CHUNK, session=session,
+            batch_size=RESTAMP_CHUNK,
+            session=session,
         )
         written = 0
         for chunk in _chunks(cursor, RESTAMP_CHUNK):
             known = {
                 _hashable(row["_id"]): row.get("rev")
-                for row in self.positions.find({"_id": {"$in": [doc["_id"] for doc in chunk]}},
-                                               {"rev": 1})
+                for row in self.positions.find({"_id": {"$in": [doc["_id"] for doc in chunk]}}, {"rev": 1})
             }
             entries = []
             for doc in chunk:
@@ -340,15 +348,14 @@ class CollectionSequencer:
     def _hide_vanished(self, counter: PositionCounter, session: Any) -> int:
         """Recovery: public entries whose document is gone or no longer public."""
         written = 0
-        cursor = self.positions.find({"is_public": True}, {"_id": 1}, batch_size=RESTAMP_CHUNK,
-                                     session=session)
+        cursor = self.positions.find({"is_public": True}, {"_id": 1}, batch_size=RESTAMP_CHUNK, session=session)
         for chunk in _chunks(cursor, RESTAMP_CHUNK):
             ids = [row["_id"] for row in chunk]
             docs = {
                 _hashable(doc["_id"]): doc
-                for doc in self.collection.find({"_id": {"$in": ids}},
-                                                {"is_public": 1, "_rev": 1, "is_test": 1},
-                                                session=session)
+                for doc in self.collection.find(
+                    {"_id": {"$in": ids}}, {"is_public": 1, "_rev": 1, "is_test": 1}, session=session
+                )
             }
             entries = []
             for doc_id in ids:
@@ -365,13 +372,14 @@ class CollectionSequencer:
     def stream_pipeline(self) -> list[dict[str, Any]]:
         """Keep of each event only what an entry needs: the server encodes
         and ships a few fields instead of whole documents."""
-        keep = {f"fullDocument.{name}": 1 for name in (
-            "_id", "_rev", "is_public", "is_test", PUBLIC_MODIFIED, *self.scope_fields)}
-        keep.update({name: 1 for name in (
-            "operationType", "documentKey", "clusterTime", "wallTime", "ns")})
+        keep = {
+            f"fullDocument.{name}": 1
+            for name in ("_id", "_rev", "is_public", "is_test", PUBLIC_MODIFIED, *self.scope_fields)
+        }
+        keep.update({name: 1 for name in ("operationType", "documentKey", "clusterTime", "wallTime", "ns")})
         return [{"$project": keep}]
 
-    def _watch(self, **options: Any) -> CollectionChangeStream:
+    def _watch(self, **options: Any) -> CollectionChangeStream[Any]:
         return self.collection.watch(
             self.stream_pipeline(),
             full_document="updateLookup",
@@ -380,7 +388,7 @@ class CollectionSequencer:
             **options,
         )
 
-    def open(self) -> CollectionChangeStream:
+    def open(self) -> CollectionChangeStream[Any]:
         """Open the stream where the saved state says: after the saved resume
         token, else at the saved start (no event handled since); backfill on
         a first start; recover when the resume point has left the oplog.
@@ -400,8 +408,9 @@ class CollectionSequencer:
             if error.code not in HISTORY_LOST_CODES:
                 raise
             log.warning(
-                "Sequencer of %r: the resume point has left the oplog (%s); "
-                "re-stamping the changed documents", self.name, error.details.get("codeName"),
+                "Sequencer of %r: the resume point has left the oplog (%s); re-stamping the changed documents",
+                self.name,
+                (error.details or {}).get("codeName"),
             )
             return self._recover(state)
         start = successor(cluster_time(self.db))
@@ -416,33 +425,38 @@ class CollectionSequencer:
         count = self.restamp(start)
         self.stats.backfilled += count
         self.publish(None, None, predecessor(start))
-        log.info("Sequencer of %r: backfilled %d documents below %s in %.1f s",
-                 self.name, count, start, time.monotonic() - began)
+        log.info(
+            "Sequencer of %r: backfilled %d documents below %s in %.1f s",
+            self.name,
+            count,
+            start,
+            time.monotonic() - began,
+        )
 
-    def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream:
+    def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream[Any]:
         start = successor(cluster_time(self.db))
         stream = self._watch(start_at_operation_time=start)
         # Above every position written so far (a batch may have written its
         # entries past the saved token): a re-stamped entry always moves.
         newest = self.positions.find_one(
-            {COMMITTED_TS: {"$type": "timestamp"}}, {COMMITTED_TS: 1},
+            {COMMITTED_TS: {"$type": "timestamp"}},
+            {COMMITTED_TS: 1},
             sort=[(COMMITTED_TS, DESCENDING)],
         )
-        floors = [stamp for stamp in (state.get("checkpoint"), state.get("token_ts"),
-                                      (newest or {}).get(COMMITTED_TS))
-                  if isinstance(stamp, Timestamp)]
+        floors = [
+            stamp
+            for stamp in (state.get("checkpoint"), state.get("token_ts"), (newest or {}).get(COMMITTED_TS))
+            if isinstance(stamp, Timestamp)
+        ]
         floor = max(floors) if floors else Timestamp(0, 0)
         count = self.restamp(start, floor=floor)
         self.stats.recovered += count
-        self.positions.update_one(
-            {"_id": STATE_ID}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True
-        )
+        self.positions.update_one({"_id": STATE_ID}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True)
         self.publish(None, None, predecessor(start))
-        log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s",
-                    self.name, count, floor)
+        log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s", self.name, count, floor)
         return stream
 
-    def read_batch(self, stream: CollectionChangeStream) -> tuple[list[dict[str, Any]], bool]:
+    def read_batch(self, stream: CollectionChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
         """The events of one stream batch: until the stream is caught up (an
         empty read), the driver's buffer is exhausted (the next read would
         wait on the server), ``batch_size`` events or ``batch_seconds``.
@@ -465,8 +479,7 @@ class CollectionSequencer:
                 break
         return events, False
 
-    def handle(self, stream: CollectionChangeStream, events: list[dict[str, Any]],
-               caught_up: bool) -> None:
+    def handle(self, stream: CollectionChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None:
         """Write a batch's entries, then its token and checkpoint. An empty
         read after a batch published mid-stream publishes its last event's
         time (the stream is caught up there)."""
@@ -502,7 +515,7 @@ class CollectionSequencer:
         stats.stamped += stamped
         covered = [event for event in events if event["clusterTime"] <= checkpoint]
         self._record_delays(covered)
-        self.pending = None if caught_up else (last, events[len(covered):])
+        self.pending = None if caught_up else (last, events[len(covered) :])
         self.publisher.maybe_publish(self.window, {"checkpoint": self.stats.checkpoint})
 
     def measure(self, events: Iterable[Mapping[str, Any]]) -> None:
@@ -530,7 +543,8 @@ class CollectionSequencer:
         errors are logged and retried from the saved state."""
         while not stopping.is_set():
             try:
-                with self.open() as stream:
+                stream = self.open()
+                with stream:  # (the stubs type ``__enter__`` as the base ChangeStream)
                     while not stopping.is_set():
                         events, caught_up = self.read_batch(stream)
                         self.handle(stream, events, caught_up)
@@ -538,8 +552,9 @@ class CollectionSequencer:
                 raise
             except PyMongoError as error:
                 self.stats.restarts += 1
-                log.warning("Sequencer of %r: %s: %s; retrying in %g s",
-                            self.name, type(error).__name__, error, retry_seconds)
+                log.warning(
+                    "Sequencer of %r: %s: %s; retrying in %g s", self.name, type(error).__name__, error, retry_seconds
+                )
                 stopping.wait(retry_seconds)
 
 
@@ -551,14 +566,16 @@ class Sequencer:
         (their lag measured, no positions written).
     """
 
-    def __init__(self, db: Database, collections: Mapping[str, Iterable[str]],
-                 observed: Iterable[str] = (), **options: Any) -> None:
+    def __init__(
+        self, db: Database[Any], collections: Mapping[str, Iterable[str]], observed: Iterable[str] = (), **options: Any
+    ) -> None:
         self.followers = [
             CollectionSequencer(db.get_collection(name), scope_fields, **options)
             for name, scope_fields in collections.items()
         ] + [
             CollectionSequencer(db.get_collection(name), observe=True, **options)
-            for name in observed if name not in collections
+            for name in observed
+            if name not in collections
         ]
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -571,7 +588,7 @@ class Sequencer:
             self.errors.append(error)
             log.error("Sequencer of %r stopped: %s", follower.name, error)
 
-    def start(self) -> "Sequencer":
+    def start(self) -> Sequencer:
         """Start one daemon thread per collection."""
         for follower in self.followers:
             thread = threading.Thread(
@@ -596,8 +613,7 @@ class Sequencer:
         """Wait until every sequenced collection has a checkpoint; False on time-out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(follower.stats.checkpoint is not None
-                   for follower in self.followers if not follower.observe):
+            if all(follower.stats.checkpoint is not None for follower in self.followers if not follower.observe):
                 return True
             if self.errors:
                 return False
@@ -605,7 +621,7 @@ class Sequencer:
         return False
 
 
-def _buffered(stream: CollectionChangeStream) -> int | None:
+def _buffered(stream: CollectionChangeStream[Any]) -> int | None:
     """Events the driver holds for ``stream`` without asking the server, or
     None when this driver version does not say (reads pymongo's cursor)."""
     data = getattr(getattr(stream, "_cursor", None), "_data", None)

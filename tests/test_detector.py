@@ -1,10 +1,13 @@
 """The detector on hand-made pages and on the real demo API; the ``check``
 and ``race`` command lines (errors, quiet feeds); the report text."""
+
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -12,8 +15,12 @@ from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.race.crawler import Crawler
 from openprocurement_feed.race.detector import CheckResult, Detector, late_arrivals, late_in_feed_order
 from openprocurement_feed.race.experiment import RunResult
-from openprocurement_feed.race.feed import FeedClient, FeedError, FeedItem
+from openprocurement_feed.race.feed import CHECK_RETRY, FeedClient, FeedError, FeedItem, parse_item
 from openprocurement_feed.race.report import check_summary, format_anomaly, race_json, race_table
+from tests import test_client
+
+#: A real HTTP server on loopback answering what a test sets (shared with the client tests).
+canned = test_client.canned
 
 T = 1_700_000_000.0
 
@@ -89,43 +96,100 @@ def test_a_single_stamp_snapshot_has_an_empty_window() -> None:
 
 # -- reading feeds ----------------------------------------------------------
 
+
 def test_client_keeps_the_urls_own_parameters() -> None:
-    client = FeedClient("http://127.0.0.1:1/api/2.5/tenders?mode=test&opt_fields=title&offset=9&limit=5", limit=7)
-    assert client.url == "http://127.0.0.1:1/api/2.5/tenders"
-    assert client.params("1.1.x", True) == {
-        "mode": "test", "opt_fields": "public_modified,title", "limit": "7",
-        "descending": "1", "offset": "1.1.x",
+    client = FeedClient("http://127.0.0.1:1/api/2.5/tenders?mode=test&opt_fields=title&offset=9&limit=5&x=1", limit=7)
+    assert client.url == "http://127.0.0.1:1/api/2.5/tenders?x=1"
+    url = urlsplit(client.http.request_url("1.1.x", descending=True))
+    assert dict(parse_qsl(url.query)) == {
+        "x": "1",
+        "mode": "test",
+        "opt_fields": "public_modified,title",
+        "limit": "7",
+        "descending": "1",
+        "offset": "1.1.x",
     }
-    assert "offset" not in client.params(None, False)
-    assert FeedClient("http://h/f?mode=test", mode="_all_").params(None, False)["mode"] == "_all_"
+    assert "offset" not in client.http.request_url(None)
+    assert "mode=_all_" in FeedClient("http://h/f?mode=test", mode="_all_").http.request_url(None)
 
 
 @pytest.mark.parametrize(
-    "body, message",
+    "raw, message",
     [
-        ([], "no 'data' list"),
-        ({"data": {"id": "x"}}, "no 'data' list"),
-        ({"data": []}, "no 'next_page' offset"),
-        ({"data": [{"title": "x"}], "next_page": {"offset": ""}}, "an item has no 'id'"),
-        ({"data": [{"id": "x"}], "next_page": {"offset": ""}}, "lack 'public_modified'"),
-        ({"data": [{"id": "x", "public_modified": "soon"}], "next_page": {"offset": ""}}, "not a number"),
+        ({"title": "x"}, "an item has no 'id'"),
+        ("x", "an item has no 'id'"),
+        ({"id": "x"}, "lack 'public_modified'"),
+        ({"id": "x", "public_modified": "soon"}, "not a number"),
+        ({"id": "x", "public_modified": [1]}, "not a number"),
     ],
 )
-def test_bodies_that_are_not_feeds(body: Any, message: str) -> None:
+def test_items_that_are_not_feed_items(raw: Any, message: str) -> None:
     with pytest.raises(FeedError, match=message):
-        FeedClient("http://127.0.0.1:1/feed").parse_body(body)
+        parse_item(raw, "http://127.0.0.1:1/feed")
 
 
-def test_a_feed_body_is_read() -> None:
-    page = FeedClient("http://127.0.0.1:1/feed").parse_body({
-        "data": [{"id": "a", "public_modified": T, "dateModified": "d"}],
-        "next_page": {"offset": "1.1.x"}, "prev_page": {"offset": "0.5"},
-    })
+def test_a_feed_item_is_read() -> None:
+    raw = {"id": "a", "public_modified": str(T), "dateModified": "d"}
+    assert parse_item(raw, "http://h/f") == FeedItem("a", T, "d")
+    assert parse_item({"id": "a"}, "http://h/f", need_stamp=False) == FeedItem("a", 0.0, "")
+
+
+def test_the_checker_retries_a_busy_feed_and_reads_the_page(canned: Any) -> None:
+    """503 then a page: the shared reader's retry policy, not the detector, waits."""
+    answers = iter(
+        [
+            (503, {}, "busy"),
+            (
+                200,
+                {"Content-Type": "application/json"},
+                json.dumps(
+                    {
+                        "data": [{"id": "a", "public_modified": T, "dateModified": "d"}],
+                        "next_page": {"offset": "1.1.x"},
+                        "prev_page": {"offset": ""},
+                    }
+                ),
+            ),
+        ]
+    )
+    canned.answer = lambda path: next(answers)
+    waits: list[float] = []
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed", sleep=waits.append)
+    try:
+        page = client.page("0.5", descending=True)
+    finally:
+        client.close()
     assert page.items == (FeedItem("a", T, "d"),)
-    assert (page.next_offset, page.prev_offset) == ("1.1.x", "0.5")
+    assert (page.next_offset, page.prev_offset) == ("1.1.x", None)
+    assert len(waits) == 1 and CHECK_RETRY.initial_backoff <= waits[0] <= 2 * CHECK_RETRY.initial_backoff
+    assert [path.split("?")[0] for path, _ in canned.seen] == ["/feed", "/feed"]
+    assert "descending=1" in canned.seen[0][0] and "offset=0.5" in canned.seen[0][0]
+
+
+def test_the_checker_gives_up_after_its_attempts(canned: Any) -> None:
+    canned.answer = (502, {}, "bad gateway")
+    waits: list[float] = []
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed", sleep=waits.append)
+    with pytest.raises(FeedError, match=r"cannot reach .*/feed: HTTP 502 \(gave up after 3 attempt\(s\)"):
+        client.page()
+    client.close()
+    assert len(canned.seen) == CHECK_RETRY.max_attempts == 3 and len(waits) == 2
+
+
+def test_a_body_that_is_not_a_feed_is_a_feed_error(canned: Any) -> None:
+    canned.answer = (
+        200,
+        {"Content-Type": "application/json"},
+        json.dumps({"data": [{"title": "x"}], "next_page": {"offset": ""}}),
+    )
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed")
+    with pytest.raises(FeedError, match="an item has no 'id'"):
+        client.page()
+    client.close()
 
 
 # -- against the real demo API ----------------------------------------------
+
 
 @pytest.fixture
 def server(settings: dict[str, str]) -> Iterator[Any]:
@@ -143,8 +207,13 @@ def put(server: Any) -> Callable[..., None]:
 
     def put(*stamps: tuple[str, int], **fields: Any) -> None:
         for key, ms in stamps:
-            doc = {"_id": key, "status": "active", "dateModified": f"dm-{key}",
-                   "public_modified": round(T + ms / 1000.0, 3), **fields}
+            doc = {
+                "_id": key,
+                "status": "active",
+                "dateModified": f"dm-{key}",
+                "public_modified": round(T + ms / 1000.0, 3),
+                **fields,
+            }
             store.save_data(store.collection("tenders"), doc, insert=True, modified=False)
 
     return put
@@ -174,7 +243,7 @@ def test_no_false_positive_when_the_page_cuts_a_tie_group(server: Any, put: Call
     put(("a", 100), ("t1", 200), ("t2", 200), ("t3", 200), ("t4", 200), ("z", 300))
     detector = Detector(FeedClient(server.api_url + "/tenders", limit=3), wait=0)
     result = detector.check(sleep=lambda seconds: None)
-    assert [shown.public_modified for shown in result.snapshot][0] == round(T + 0.3, 3)
+    assert next(shown.public_modified for shown in result.snapshot) == round(T + 0.3, 3)
     assert result.late == ()
     assert result.refetched >= 1
 
@@ -191,6 +260,7 @@ def test_crawler_receives_every_version_once(server: Any, put: Callable[..., Non
 
 
 # -- the check command ------------------------------------------------------
+
 
 def test_check_a_quiet_feed_exits_0(server: Any, put: Callable[..., None], capsys: pytest.CaptureFixture[str]) -> None:
     put(("a", 100), ("b", 200))
@@ -211,9 +281,9 @@ def test_check_is_mode_aware(server: Any, put: Callable[..., None], capsys: pyte
     argv = ["check", server.api_url + "/tenders", "--checks", "2", "--wait", "0.01", "--interval", "0"]
     assert cli_main(argv) == 0
     assert "2 empty snapshots" in capsys.readouterr().out
-    assert cli_main(argv + ["--mode", "test"]) == 0
+    assert cli_main([*argv, "--mode", "test"]) == 0
     assert "2 checks in" in capsys.readouterr().out
-    assert cli_main(argv[:1] + [server.api_url + "/tenders?mode=_all_"] + argv[2:]) == 0
+    assert cli_main([*argv[:1], server.api_url + "/tenders?mode=_all_", *argv[2:]]) == 0
     assert "2 checks in" in capsys.readouterr().out
 
 
@@ -226,10 +296,13 @@ def test_check_unreachable_url_is_a_one_line_error(capsys: pytest.CaptureFixture
     assert err[-1].startswith(f"openprocurement-feed check: cannot reach {url}")
 
 
-@pytest.mark.parametrize("path, message", [
-    ("/api/2.5/tenders/" + uuid.uuid4().hex, "answered HTTP 404"),
-    ("/nothing-here", "answered HTTP 404"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/api/2.5/tenders/" + uuid.uuid4().hex, "HTTP 404"),
+        ("/nothing-here", "HTTP 404"),
+    ],
+)
 def test_check_something_that_is_not_a_feed(
     server: Any, capsys: pytest.CaptureFixture[str], path: str, message: str
 ) -> None:
@@ -238,27 +311,32 @@ def test_check_something_that_is_not_a_feed(
     assert message in err and "Traceback" not in err
 
 
-def test_check_a_json_answer_that_is_not_a_feed(server: Any, put: Callable[..., None], capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_a_json_answer_that_is_not_a_feed(
+    server: Any, put: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
     put(("a", 100))
     assert cli_main(["check", server.api_url + "/tenders/a", "--checks", "1"]) == 2
-    assert "did not answer with a feed: no 'data' list" in capsys.readouterr().err
+    assert 'did not return a feed page (no "data" list)' in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["check", "ftp://x"], "argument URL: expected an http:// or https:// URL"),
-    (["check", "http://127.0.0.1:1/f", "--checks", "0"], "argument --checks: expected an integer >= 1"),
-    (["check", "http://127.0.0.1:1/f", "--duration", "-1"], "argument --duration"),
-    (["check", "http://127.0.0.1:1/f", "--mode", "real"], "argument --mode: invalid choice: 'real'"),
-    (["race", "--duration", "0"], "argument --duration: expected a number > 0"),
-    (["race", "--writers", "two"], "argument --writers: expected an integer >= 1"),
-    (["race", "--small", "-1"], "argument --small: expected an integer >= 0"),
-    (["race", "--write-delay", "40-5"], "argument --write-delay: Invalid write delay: '40-5'"),
-    (["race", "--write-delay", "soon"], "argument --write-delay: Invalid write delay"),
-    (["race", "--watermark", "-1"], "argument --watermark: expected a number >= 0"),
-    (["race", "--watermark", "nan"], "argument --watermark: expected a number >= 0"),
-    (["race", "--rate", "fast"], "argument --rate"),
-    (["race", "--small", "0", "--large", "0"], "at least one tender is needed"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "ftp://x"], "argument URL: expected an http:// or https:// URL"),
+        (["check", "http://127.0.0.1:1/f", "--checks", "0"], "argument --checks: expected an integer >= 1"),
+        (["check", "http://127.0.0.1:1/f", "--duration", "-1"], "argument --duration"),
+        (["check", "http://127.0.0.1:1/f", "--mode", "real"], "argument --mode: invalid choice: 'real'"),
+        (["race", "--duration", "0"], "argument --duration: expected a number > 0"),
+        (["race", "--writers", "two"], "argument --writers: expected an integer >= 1"),
+        (["race", "--small", "-1"], "argument --small: expected an integer >= 0"),
+        (["race", "--write-delay", "40-5"], "argument --write-delay: Invalid write delay: '40-5'"),
+        (["race", "--write-delay", "soon"], "argument --write-delay: Invalid write delay"),
+        (["race", "--watermark", "-1"], "argument --watermark: expected a number >= 0"),
+        (["race", "--watermark", "nan"], "argument --watermark: expected a number >= 0"),
+        (["race", "--rate", "fast"], "argument --rate"),
+        (["race", "--small", "0", "--large", "0"], "at least one tender is needed"),
+    ],
+)
 def test_bad_flags_are_clear_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli_main(argv)
@@ -268,12 +346,27 @@ def test_bad_flags_are_clear_errors(argv: list[str], message: str, capsys: pytes
 
 # -- the report ---------------------------------------------------------------
 
+
 def run_result(watermark: float, **figures: Any) -> RunResult:
     values: dict[str, Any] = dict(
-        watermark=watermark, duration=60.0, tenders=140, writers=8, write_delay_ms="5-40",
-        patches=4320, write_errors=0, patches_per_second=72.0, checks=200, failures=0,
-        failure_percent=0.0, lags_ms=[], check_errors=0, crawler_items=4000, lost=0,
-        lost_ids=[], duplicates=0, crawler_errors=0,
+        watermark=watermark,
+        duration=60.0,
+        tenders=140,
+        writers=8,
+        write_delay_ms="5-40",
+        patches=4320,
+        write_errors=0,
+        patches_per_second=72.0,
+        checks=200,
+        failures=0,
+        failure_percent=0.0,
+        lags_ms=[],
+        check_errors=0,
+        crawler_items=4000,
+        lost=0,
+        lost_ids=[],
+        duplicates=0,
+        crawler_errors=0,
         feed_delay_ms={"median": 1010.0, "max": 1200.0, "count": 10},
     )
     values.update(figures)
@@ -289,14 +382,24 @@ def test_race_table_and_json() -> None:
     table = race_table(results)
     lines = table.splitlines()
     assert lines[0].split()[1:] == ["order", "W", "=", "0", "s", "W", "=", "1", "s", "commit"]
-    assert any(line.startswith("feed delay median/p99/max") and line.endswith("40 / 90 / 120")
-               for line in lines)
+    assert any(line.startswith("feed delay median/p99/max") and line.endswith("40 / 90 / 120") for line in lines)
     assert any(line.startswith("failures") and "11 (5.50 %)" in line and "0 (0.00 %)" in line for line in lines)
     assert any(line.startswith("late-arrival lag") and "1 / 37 / 16.8" in line for line in lines)
     assert any(line.startswith("crawler lost tenders") and line.split()[-3:] == ["3", "0", "0"] for line in lines)
     runs = json.loads(race_json(results))
-    for key in ("watermark", "order", "duration", "patches_per_second", "checks", "failures",
-                "lags_ms", "lost", "duplicates", "feed_delay_ms", "write_conflicts"):
+    for key in (
+        "watermark",
+        "order",
+        "duration",
+        "patches_per_second",
+        "checks",
+        "failures",
+        "lags_ms",
+        "lost",
+        "duplicates",
+        "feed_delay_ms",
+        "write_conflicts",
+    ):
         assert all(key in run for run in runs)
     assert [run["order"] for run in runs] == ["watermark", "watermark", "commit"]
     assert runs[0]["lag_summary_ms"] == {"min": 1.0, "max": 37.0, "mean": 16.8}
@@ -314,6 +417,7 @@ def test_check_summary() -> None:
 
 
 # -- commit order: the window read as a crawler reads it ---------------------
+
 
 def test_in_feed_order_a_document_inside_the_window_is_late() -> None:
     snapshot = (item("e", 500), item("d", 400), item("c", 300))

@@ -1,8 +1,10 @@
 """Query-plan analysis (``openprocurement_feed.explain``) and the ``explain`` command."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from bson.timestamp import Timestamp
@@ -28,11 +30,19 @@ EXPECTED_INDEX = {"real": "feed_mode", "test": "feed_mode", "all": "feed_all"}
 @pytest.fixture
 def tenders(mongo_client: MongoClient, db_name: str) -> Any:
     collection = mongo_client[db_name].tenders
-    collection.insert_many([
-        {"_id": f"{n:04d}", "public_modified": 1000.0 + n // 2, "is_public": n % 9 != 0,
-         "is_test": n % 4 == 0, "owner": f"o{n % 3}", "dateModified": "x"}
-        for n in range(120)
-    ])
+    collection.insert_many(
+        [
+            {
+                "_id": f"{n:04d}",
+                "public_modified": 1000.0 + n // 2,
+                "is_public": n % 9 != 0,
+                "is_test": n % 4 == 0,
+                "owner": f"o{n % 3}",
+                "dateModified": "x",
+            }
+            for n in range(120)
+        ]
+    )
     return collection
 
 
@@ -57,7 +67,8 @@ def test_shapes_cover_directions_modes_and_scope() -> None:
 def test_missing_indexes_by_keys_not_names(tenders: Any) -> None:
     assert [spec["name"] for spec in missing_feed_indexes(tenders)] == ["feed_mode", "feed_all"]
     tenders.create_index(
-        [("public_modified", 1), ("_id", 1)], name="my_own_name",
+        [("public_modified", 1), ("_id", 1)],
+        name="my_own_name",
         partialFilterExpression={"is_public": True},
     )
     assert [spec["name"] for spec in missing_feed_indexes(tenders)] == ["feed_mode"]
@@ -83,8 +94,10 @@ def test_analyse_reports_every_shape(tenders: Any) -> None:
 
 def test_plan_summary_of_mongodb_shaped_plans() -> None:
     shape = QueryShape("s", {}, [("public_modified", 1), ("_id", 1)], 100, "feed_mode")
-    served_plan = {"stage": "LIMIT", "inputStage": {"stage": "FETCH", "inputStage": {
-        "stage": "IXSCAN", "indexName": "feed_mode"}}}
+    served_plan = {
+        "stage": "LIMIT",
+        "inputStage": {"stage": "FETCH", "inputStage": {"stage": "IXSCAN", "indexName": "feed_mode"}},
+    }
     stages = tuple(stage["stage"] for stage in walk_plan(served_plan))
     report = PlanReport(shape, stages, ("feed_mode",), 100, 100, 100)
     assert report.served and report.per_returned(report.keys_examined) == 1.0
@@ -168,7 +181,10 @@ def commit_feed(settings: dict[str, str]) -> Iterator[Any]:
 def test_commit_shapes_are_bounded_by_the_checkpoint() -> None:
     checkpoint, offset = Timestamp(2000, 7), Timestamp(1999, 3)
     shapes = feed_query_shapes(
-        FeedStoreMixin(), offset, scope_field="owner", scope_value="o1",
+        FeedStoreMixin(),
+        offset,
+        scope_field="owner",
+        scope_value="o1",
         reader=CheckpointBound(checkpoint),
     )
     assert len(shapes) == 2 * 3 * 6
@@ -179,22 +195,24 @@ def test_commit_shapes_are_bounded_by_the_checkpoint() -> None:
         assert shape.projection == {"_id": 1, "committed_ts": 1}
     by_name = {shape.name: shape for shape in shapes}
     assert by_name["owner=…, real, ascending, tie offset"].filter == {
-        "owner": "o1", "is_public": True, "is_test": False,
+        "owner": "o1",
+        "is_public": True,
+        "is_test": False,
         "committed_ts": {"$gte": offset, "$lte": checkpoint},
     }
     assert by_name["all, descending, after offset"].filter["committed_ts"] == {
-        "$lt": offset, "$lte": checkpoint,
+        "$lt": offset,
+        "$lte": checkpoint,
     }
     assert by_name["test, ascending, after a tie group"].filter["$or"] == [
-        {"committed_ts": {"$gt": offset}}, {"committed_ts": offset, "_id": {"$gt": ""}},
+        {"committed_ts": {"$gt": offset}},
+        {"committed_ts": offset, "_id": {"$gt": ""}},
     ]
     scoped = {shape.expected_index for shape in shapes if shape.name.startswith("owner=")}
     assert scoped == {"feed_owner_mode", "feed_owner_all"}
 
 
-def test_explain_commit_ordered_feed(
-    commit_feed: Any, mongodb_uri: str, db_name: str, capsys: Any
-) -> None:
+def test_explain_commit_ordered_feed(commit_feed: Any, mongodb_uri: str, db_name: str, capsys: Any) -> None:
     store = commit_feed.app.registry.feed_store
     analysis = analyse(store.collection("tenders"), order="commit", limit=5)
     assert analysis.namespace == f"{db_name}.tenders_feed_positions"
@@ -213,8 +231,7 @@ def test_explain_commit_ordered_feed(
     assert (documents.shape.collection, documents.shape.expected_index) == ("tenders", "_id_")
     assert documents.returned == 5
 
-    status = cli_main(["explain", "--uri", mongodb_uri, "--db", db_name, "--order", "commit",
-                       "--limit", "5"])
+    status = cli_main(["explain", "--uri", mongodb_uri, "--db", db_name, "--order", "commit", "--limit", "5"])
     out = capsys.readouterr().out
     # The embedded server sorts in memory even with a matching index: judge
     # the plans only where the server can (as test_explain_command does).
@@ -224,8 +241,7 @@ def test_explain_commit_ordered_feed(
     assert "Feed indexes: all present." in out
     lines = {line.split("  ")[0]: line for line in out.splitlines() if "  " in line}
     for mode, index in EXPECTED_INDEX.items():
-        for variant in ("ascending, tie offset", "descending, after offset",
-                        "ascending, after a tie group"):
+        for variant in ("ascending, tie offset", "descending, after offset", "ascending, after a tie group"):
             assert f" {index} " in lines[f"{mode}, {variant}"]
     assert " _id_ " in lines["page documents, by _id"]
     if analysis.development_server:
@@ -242,8 +258,7 @@ def test_explain_commit_ordered_feed(
 
 def test_explain_commit_order_before_the_first_checkpoint(tenders: Any) -> None:
     positions = tenders.database.tenders_feed_positions
-    positions.insert_one({"_id": "0001", "committed_ts": Timestamp(1500, 1), "is_public": True,
-                          "is_test": False})
+    positions.insert_one({"_id": "0001", "committed_ts": Timestamp(1500, 1), "is_public": True, "is_test": False})
     FeedStoreMixin().ensure_feed_indexes(positions, key="committed_ts")
     analysis = analyse(tenders, order="commit")
     assert analysis.checkpoint is None and analysis.missing_indexes == []

@@ -1,5 +1,6 @@
 """The health view against the real server: the lag the watermark bets on,
 measured live, and the verdict it gives; a stalled sequencer in commit order."""
+
 from __future__ import annotations
 
 import threading
@@ -24,8 +25,7 @@ def app_with(settings: dict[str, str], **extra: str) -> TestApp:
 
 def write_concurrently(web: TestApp, count: int) -> None:
     """``count`` tender creations at once (each held open by the write delay)."""
-    threads = [threading.Thread(target=web.post_json, args=(FEED, {"data": {"title": str(n)}}))
-               for n in range(count)]
+    threads = [threading.Thread(target=web.post_json, args=(FEED, {"data": {"title": str(n)}})) for n in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -87,8 +87,7 @@ def test_without_a_watcher_the_verdict_is_unknown(settings: dict[str, str]) -> N
 def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: dict[str, str]) -> None:
     from openprocurement_feed.sequencer import Sequencer
 
-    web = app_with(settings, feed_order="commit", feed_sequencer="thread",
-                   feed_checkpoint_threshold_seconds="2")
+    web = app_with(settings, feed_order="commit", feed_sequencer="thread", feed_checkpoint_threshold_seconds="2")
     registry = web.app.registry
     try:
         assert registry.feed_sequencer.wait_ready(timeout=30)
@@ -151,8 +150,7 @@ def test_the_metrics_report_the_lag_window_and_the_checkpoint_age(settings: dict
         shutdown(web.app.registry)
 
 
-def test_monitor_check_reads_the_real_health_view(settings: dict[str, str],
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     """``monitor --check`` against the app's own health view over HTTP:
     unknown without a watcher (1), at-risk under slow commits (1), ok (0)."""
     from openprocurement_feed.cli import main as cli_main
@@ -178,3 +176,16 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str],
         health_after(web, 3)
         assert cli_main(["monitor", server.api_url, "--check"]) == 0
         assert capsys.readouterr().out.startswith("ok: tenders ok")
+
+
+def test_the_health_verdict_line() -> None:
+    from openprocurement_feed.health import verdict_line
+
+    report = {
+        "feeds": [
+            {"name": "tenders", "verdict": "ok", "lag_ms": {"count": 3, "p50": 4.2, "p99": 9.7, "max": 12.0}},
+            {"name": "plans", "verdict": "unknown", "lag_ms": {"count": 0}},
+        ]
+    }
+    assert verdict_line(report) == "tenders ok (lag p50 4 / p99 10 / max 12 ms), plans unknown"
+    assert verdict_line({}) == ""

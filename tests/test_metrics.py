@@ -1,6 +1,7 @@
 """Prometheus metrics: the metrics path, what the feed tween counts, the
 values other parts feed in, the permission, the off switch, a missing
 prometheus_client and the multi-process mode."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from pyramid.config import Configurator
@@ -57,7 +59,8 @@ def app(metrics_settings: dict[str, str]) -> Iterator[Any]:
         store.save_data(
             store.collection("tenders"),
             {"_id": f"t{number}", "public_modified": 5.0 + number, "dateModified": "2020"},
-            insert=True, modified=False,
+            insert=True,
+            modified=False,
         )
     yield app
     store.close()
@@ -75,8 +78,7 @@ def scrape(web: TestApp, **kwargs: Any) -> dict[tuple[str, frozenset[tuple[str, 
     }
 
 
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float | None:
+def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
@@ -286,8 +288,13 @@ def test_a_custom_path_and_two_apps_in_one_process(metrics_settings: dict[str, s
 def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this environment."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True,
-        text=True, timeout=120, env=env, check=False,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
     )
 
 
@@ -353,9 +360,7 @@ WORKER = """
 """
 
 
-def test_multi_process_mode_aggregates_the_workers(
-    metrics_settings: dict[str, str], tmp_path: Path
-) -> None:
+def test_multi_process_mode_aggregates_the_workers(metrics_settings: dict[str, str], tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     shared = tmp_path / "prometheus"
@@ -364,17 +369,20 @@ def test_multi_process_mode_aggregates_the_workers(
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(WORKER))
     jobs = [
-        {"seed": 4, "pages": 3, "bad": 1, "lags": [0.01, 0.02], "age": 7.0, "hook": False,
-         "scrape": False},
-        {"seed": 0, "pages": 2, "bad": 0, "lags": [0.5], "age": None, "hook": True,
-         "scrape": True},
+        {"seed": 4, "pages": 3, "bad": 1, "lags": [0.01, 0.02], "age": 7.0, "hook": False, "scrape": False},
+        {"seed": 0, "pages": 2, "bad": 0, "lags": [0.5], "age": None, "hook": True, "scrape": True},
     ]
     outputs = []
     for job in jobs:
         job["settings"] = metrics_settings
         result = subprocess.run(
-            [sys.executable, str(script), json.dumps(job)], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=120, check=False,
+            [sys.executable, str(script), json.dumps(job)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert result.returncode == 0, result.stderr
         outputs.append(result.stdout)

@@ -1,6 +1,7 @@
 """The ``monitor`` command against canned health views on a real loopback
 HTTP server: ``--check`` exit statuses and summary lines for each verdict and
 each kind of bad answer, the base-URL form, the live view's screen."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -41,14 +43,20 @@ def feed(verdict: str, name: str = "tenders", **fields: Any) -> dict[str, Any]:
     """One feed of a health body in the given state."""
     running = verdict != "unknown"
     body: dict[str, Any] = {
-        "name": name, "path": f"/api/2.5/{name}", "collection": name, "order": "watermark",
-        "watermark_seconds": 1.0, "verdict": verdict,
+        "name": name,
+        "path": f"/api/2.5/{name}",
+        "collection": name,
+        "order": "watermark",
+        "watermark_seconds": 1.0,
+        "verdict": verdict,
         "reason": REASONS.get(verdict, HOW_TO_WATCH),
-        "watcher": {"running": running, "updated": "2026-12-02T17:00:00.123000+00:00" if running else None,
-                    "age_seconds": 1.2 if running else None},
+        "watcher": {
+            "running": running,
+            "updated": "2026-12-02T17:00:00.123000+00:00" if running else None,
+            "age_seconds": 1.2 if running else None,
+        },
         "checkpoint": None,
-        "lag_ms": LAGS.get(verdict, {"p50": None, "p99": None, "max": None, "count": 0,
-                                     "window_seconds": None}),
+        "lag_ms": LAGS.get(verdict, {"p50": None, "p99": None, "max": None, "count": 0, "window_seconds": None}),
     }
     body.update(fields)
     return body
@@ -57,8 +65,10 @@ def feed(verdict: str, name: str = "tenders", **fields: Any) -> dict[str, Any]:
 def health(*feeds: dict[str, Any]) -> dict[str, Any]:
     """A health body over ``feeds``, its status the worst verdict."""
     order = ("ok", "unknown", "at-risk", "violated")
-    body: dict[str, Any] = {"status": max((f["verdict"] for f in feeds), key=order.index, default="unknown"),
-                            "feeds": list(feeds)}
+    body: dict[str, Any] = {
+        "status": max((f["verdict"] for f in feeds), key=order.index, default="unknown"),
+        "feeds": list(feeds),
+    }
     if any(not f["watcher"]["running"] for f in feeds):
         body["hint"] = HOW_TO_WATCH
     return body
@@ -68,11 +78,21 @@ def json_answer(body: Any, status: int = 200) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(body).encode()
 
 
-COMMIT_OK = feed("ok", "plans", order="commit", watermark_seconds=1.0, reason="the sequencer keeps up",
-                 checkpoint={"position": "1796229504.0000000012", "age_seconds": 0.4,
-                             "behind_newest_write_seconds": 0.0})
-COMMIT_STALLED = feed("at-risk", "plans", order="commit", checkpoint={"position": "1796229504.0000000012", "age_seconds": 42.0},
-                      reason="the checkpoint is 41 s behind the newest write (threshold 5 s): is the sequencer running?")
+COMMIT_OK = feed(
+    "ok",
+    "plans",
+    order="commit",
+    watermark_seconds=1.0,
+    reason="the sequencer keeps up",
+    checkpoint={"position": "1796229504.0000000012", "age_seconds": 0.4, "behind_newest_write_seconds": 0.0},
+)
+COMMIT_STALLED = feed(
+    "at-risk",
+    "plans",
+    order="commit",
+    checkpoint={"position": "1796229504.0000000012", "age_seconds": 42.0},
+    reason="the checkpoint is 41 s behind the newest write (threshold 5 s): is the sequencer running?",
+)
 
 #: path -> the answers it gives, in turn (the last one repeated).
 ROUTES: dict[str, list[tuple[int, str, bytes]]] = {
@@ -123,7 +143,7 @@ class HealthServer(ThreadingHTTPServer):
 class HealthHandler(BaseHTTPRequestHandler):
     server: HealthServer
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+    def do_GET(self) -> None:
         status, content_type, body = self.server.answer(self.path.split("?", 1)[0])
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -156,30 +176,48 @@ def check(url: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[in
 
 # -- --check --------------------------------------------------------------------
 
-@pytest.mark.parametrize("state, status, line", [
-    ("ok", 0, "ok: tenders ok (lag p99 35 ms / W 1000 ms)"),
-    ("at-risk", 1, "at-risk: tenders at-risk (max lag 640 ms > W/2 500 ms)"),
-    ("unknown", 1, "unknown: tenders unknown (no watcher running)"),
-    ("violated", 2, "violated: tenders violated (max lag 1210 ms >= W 1000 ms)"),
-    ("two", 0, "ok: tenders ok (lag p99 35 ms / W 1000 ms), plans ok (checkpoint 0.4 s old)"),
-    ("stalled", 1, "at-risk: tenders ok (lag p99 35 ms / W 1000 ms), "
-                   "plans at-risk (the checkpoint is 41 s behind the newest write (threshold 5 s))"),
-    ("empty", 1, "unknown: no feeds"),
-])
-def test_check_each_state(server: HealthServer, capsys: pytest.CaptureFixture[str],
-                          state: str, status: int, line: str) -> None:
+
+@pytest.mark.parametrize(
+    "state, status, line",
+    [
+        ("ok", 0, "ok: tenders ok (lag p99 35 ms / W 1000 ms)"),
+        ("at-risk", 1, "at-risk: tenders at-risk (max lag 640 ms > W/2 500 ms)"),
+        ("unknown", 1, "unknown: tenders unknown (no watcher running)"),
+        ("violated", 2, "violated: tenders violated (max lag 1210 ms >= W 1000 ms)"),
+        ("two", 0, "ok: tenders ok (lag p99 35 ms / W 1000 ms), plans ok (checkpoint 0.4 s old)"),
+        (
+            "stalled",
+            1,
+            "at-risk: tenders ok (lag p99 35 ms / W 1000 ms), "
+            "plans at-risk (the checkpoint is 41 s behind the newest write (threshold 5 s))",
+        ),
+        ("empty", 1, "unknown: no feeds"),
+    ],
+)
+def test_check_each_state(
+    server: HealthServer, capsys: pytest.CaptureFixture[str], state: str, status: int, line: str
+) -> None:
     exit_status, out, err = check(f"{server.url}/{state}/feeds/health", capsys)
     assert (exit_status, out, err) == (status, line + "\n", "")
 
 
-@pytest.mark.parametrize("path, message", [
-    ("/text/feeds/health", "/text/feeds/health did not answer with a health view: the body is not JSON"),
-    ("/other/feeds/health", "/other/feeds/health did not answer with a health view: no 'feeds' list"),
-    ("/badverdict/feeds/health", "the verdict of feed 'tenders' 'great' is not one of ok, unknown, at-risk, violated"),
-    ("/broken/feeds/health", "/broken/feeds/health answered HTTP 500: Internal error"),
-    ("/proxy/feeds/health", "/proxy/feeds/health answered HTTP 503 but not with a health view: the body is not JSON"),
-    ("/nothing/feeds/health", "/nothing/feeds/health answered HTTP 404: Not Found"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/text/feeds/health", "/text/feeds/health did not answer with a health view: the body is not JSON"),
+        ("/other/feeds/health", "/other/feeds/health did not answer with a health view: no 'feeds' list"),
+        (
+            "/badverdict/feeds/health",
+            "the verdict of feed 'tenders' 'great' is not one of ok, unknown, at-risk, violated",
+        ),
+        ("/broken/feeds/health", "/broken/feeds/health answered HTTP 500: Internal error"),
+        (
+            "/proxy/feeds/health",
+            "/proxy/feeds/health answered HTTP 503 but not with a health view: the body is not JSON",
+        ),
+        ("/nothing/feeds/health", "/nothing/feeds/health answered HTTP 404: Not Found"),
+    ],
+)
 def test_check_something_that_is_not_a_health_view(
     server: HealthServer, capsys: pytest.CaptureFixture[str], path: str, message: str
 ) -> None:
@@ -195,8 +233,9 @@ def test_check_unreachable_url_is_a_one_line_error(capsys: pytest.CaptureFixture
     url = f"http://127.0.0.1:{free_port()}/api/2.5/feeds/health"
     exit_status, out, err = check(url, capsys, "--timeout", "2")
     assert exit_status == 2 and out == ""
-    assert err == (f"openprocurement-feed monitor: cannot reach {url}: "
-                   "the connection failed (refused or unknown host)\n")
+    assert err == (
+        f"openprocurement-feed monitor: cannot reach {url}: the connection failed (refused or unknown host)\n"
+    )
 
 
 def test_check_the_base_url(server: HealthServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -214,21 +253,29 @@ def test_check_a_health_view_on_a_path_of_its_own(server: HealthServer, capsys: 
 def test_check_neither_url_is_a_health_view(server: HealthServer, capsys: pytest.CaptureFixture[str]) -> None:
     exit_status, _, err = check(f"{server.url}/api/2.4", capsys)
     assert exit_status == 2
-    assert err == (f"openprocurement-feed monitor: {server.url}/api/2.4/feeds/health answered HTTP 404: "
-                   f"Not Found; {server.url}/api/2.4 answered HTTP 404: Not Found\n")
+    assert err == (
+        f"openprocurement-feed monitor: {server.url}/api/2.4/feeds/health answered HTTP 404: "
+        f"Not Found; {server.url}/api/2.4 answered HTTP 404: Not Found\n"
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["monitor", "ftp://x/feeds/health"], "argument URL: expected an http:// or https:// URL, got 'ftp://x/feeds/health'"),
-    (["monitor", "localhost:6543"], "argument URL: expected an http:// or https:// URL"),
-    (["monitor", "http://h/", "--interval", "0"], "argument --interval: expected a number > 0, got '0'"),
-    (["monitor", "http://h/", "--interval", "soon"], "argument --interval: expected a number >= 0, got 'soon'"),
-    (["monitor", "http://h/", "--for", "-1"], "argument --for: expected a number >= 0, got '-1'"),
-    (["monitor", "http://h/", "--for", "inf"], "argument --for: expected a number >= 0, got 'inf'"),
-    (["monitor", "http://h/", "--timeout", "nan"], "argument --timeout: expected a number >= 0, got 'nan'"),
-    (["monitor", "http://h/", "--check", "--verbose"], "unrecognized arguments: --verbose"),
-    (["monitor"], "the following arguments are required: URL"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["monitor", "ftp://x/feeds/health"],
+            "argument URL: expected an http:// or https:// URL, got 'ftp://x/feeds/health'",
+        ),
+        (["monitor", "localhost:6543"], "argument URL: expected an http:// or https:// URL"),
+        (["monitor", "http://h/", "--interval", "0"], "argument --interval: expected a number > 0, got '0'"),
+        (["monitor", "http://h/", "--interval", "soon"], "argument --interval: expected a number >= 0, got 'soon'"),
+        (["monitor", "http://h/", "--for", "-1"], "argument --for: expected a number >= 0, got '-1'"),
+        (["monitor", "http://h/", "--for", "inf"], "argument --for: expected a number >= 0, got 'inf'"),
+        (["monitor", "http://h/", "--timeout", "nan"], "argument --timeout: expected a number >= 0, got 'nan'"),
+        (["monitor", "http://h/", "--check", "--verbose"], "unrecognized arguments: --verbose"),
+        (["monitor"], "the following arguments are required: URL"),
+    ],
+)
 def test_bad_flags_are_argparse_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli_main(argv)
@@ -247,10 +294,14 @@ def test_live_view_flags_are_refused_with_check(flag: list[str], capsys: pytest.
 
 # -- the pieces -------------------------------------------------------------------
 
+
 def test_candidate_urls() -> None:
     assert candidate_urls("http://h/api/2.5/feeds/health") == ("http://h/api/2.5/feeds/health",)
     assert candidate_urls("http://h/api/2.5/feeds/health/?a=1") == ("http://h/api/2.5/feeds/health/?a=1",)
-    assert candidate_urls("http://h:1/api/2.5/?a=1") == ("http://h:1/api/2.5/feeds/health?a=1", "http://h:1/api/2.5/?a=1")
+    assert candidate_urls("http://h:1/api/2.5/?a=1") == (
+        "http://h:1/api/2.5/feeds/health?a=1",
+        "http://h:1/api/2.5/?a=1",
+    )
     assert candidate_urls("http://h") == ("http://h/feeds/health", "http://h")
 
 
@@ -259,19 +310,24 @@ def test_a_sparse_health_body_is_read() -> None:
     body = parse_health({"status": "unknown", "feeds": [{"name": "t", "verdict": "unknown", "lag_ms": None}]})
     (only,) = body.feeds
     assert (only.lag.count, only.lag.max, only.watcher_running, only.checkpoint_age) == (0, None, False, None)
-    odd = json.loads('{"status": "ok", "feeds": [{"name": "t", "verdict": "ok", "watcher": [], '
-                     '"lag_ms": {"count": 1e400, "max": NaN, "p99": true, "p50": "12"}}]}')
+    odd = json.loads(
+        '{"status": "ok", "feeds": [{"name": "t", "verdict": "ok", "watcher": [], '
+        '"lag_ms": {"count": 1e400, "max": NaN, "p99": true, "p50": "12"}}]}'
+    )
     lag = parse_health(odd).feeds[0].lag
     assert (lag.count, lag.max, lag.p99, lag.p50) == (0, None, None, None)
 
 
-@pytest.mark.parametrize("body, message", [
-    ([], "no 'feeds' list"),
-    ({"status": "ok"}, "no 'feeds' list"),
-    ({"status": "fine", "feeds": []}, "the status 'fine' is not one of"),
-    ({"status": "ok", "feeds": ["tenders"]}, "feed #1 has no 'name'"),
-    ({"status": "ok", "feeds": [{"name": "t"}]}, "the verdict of feed 't' None is not one of"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ([], "no 'feeds' list"),
+        ({"status": "ok"}, "no 'feeds' list"),
+        ({"status": "fine", "feeds": []}, "the status 'fine' is not one of"),
+        ({"status": "ok", "feeds": ["tenders"]}, "feed #1 has no 'name'"),
+        ({"status": "ok", "feeds": [{"name": "t"}]}, "the verdict of feed 't' None is not one of"),
+    ],
+)
 def test_bodies_that_are_not_health_views(body: Any, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_health(body)
@@ -312,14 +368,21 @@ def test_live_view_renders_the_table(server: HealthServer, terminal: None, capsy
     assert status == 0 and 0.9 < took < 5
     assert server.hits["/two/feeds/health"] >= 5  # refreshed every 0.2 s
     assert out.count(f" OK   {server.url}/two/feeds/health") >= 5  # a header per refresh
-    assert re.search(r"┃ feed +┃ order +┃ +W ┃ verdict ┃ +p50 ┃ +p99 ┃ +max ┃ +count ┃ +ckpt ┃ +watcher ┃ reason +┃", out)
+    assert re.search(
+        r"┃ feed +┃ order +┃ +W ┃ verdict ┃ +p50 ┃ +p99 ┃ +max ┃ +count ┃ +ckpt ┃ +watcher ┃ reason +┃", out
+    )
     row = next(line for line in out.splitlines() if "tenders" in line)
-    assert re.search(r"tenders +│ watermark │ 1 s │ ok +│ +12 │ +35 │ +37 │ +4210 │ +– │ +1.2 s │ "
-                     r"max start-to-commit lag 37 ms is below half of W \(500 ms\)", row), row
+    assert re.search(
+        r"tenders +│ watermark │ 1 s │ ok +│ +12 │ +35 │ +37 │ +4210 │ +– │ +1.2 s │ "
+        r"max start-to-commit lag 37 ms is below half of W \(500 ms\)",
+        row,
+    ), row
     assert re.search(r"plans +│ commit +│ 1 s │ ok +│ .*│ +0.4 s │ +1.2 s │ the sequencer keeps up", out)
     assert "start-to-commit lag in ms, count: samples over the last 5 min 00 s" in out
     last = out.rstrip("\n").splitlines()[-1]
-    assert re.fullmatch(r"monitor: stopped after 1\.\d s: \d+ requests, 0 failed; last status ok, worst seen ok", last), last
+    assert re.fullmatch(
+        r"monitor: stopped after 1\.\d s: \d+ requests, 0 failed; last status ok, worst seen ok", last
+    ), last
 
 
 def test_live_view_on_80_columns_puts_the_reasons_under_the_table(
@@ -330,17 +393,23 @@ def test_live_view_on_80_columns_puts_the_reasons_under_the_table(
     assert status == 0
     assert "…" not in out and all(len(line) <= 80 for line in out.splitlines()[:-1])
     assert re.search(r"\ntenders +watermark +1 s +ok +12 +35 +37 +4210 +– +1.2 s *\n", out)
-    assert "\ntenders: max start-to-commit lag 37 ms is below half of W (500 ms)\nplans: the sequencer keeps up\n" in out
+    assert (
+        "\ntenders: max start-to-commit lag 37 ms is below half of W (500 ms)\nplans: the sequencer keeps up\n" in out
+    )
 
 
-def test_live_view_shows_brackets_as_sent(server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_view_shows_brackets_as_sent(
+    server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Rich markup in a name or a reason is text, not styling (nor an error)."""
     status, out, _ = live(f"{server.url}/brackets/feeds/health", capsys)
     assert status == 0
     assert "[/bold]t[red]" in out and "lag [/] [b]37[/b] ms" in out
 
 
-def test_live_view_colours_the_verdict(server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_view_colours_the_verdict(
+    server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     cli_main(["monitor", f"{server.url}/violated/feeds/health", "--for", "0.3", "--interval", "0.2"])
     out = capsys.readouterr().out
     assert "\x1b[1;31mviolated" in out  # bold red
@@ -353,14 +422,20 @@ def test_live_view_survives_an_unreachable_url(terminal: None, capsys: pytest.Ca
     status, out, _ = live(url, capsys)
     assert status == 0 and "Traceback" not in out
     assert f" UNREACHABLE   {url}" in out
-    assert (f"cannot reach {url}: the connection failed (refused or unknown host) "
-            "(retrying every 0.2 s; no answer yet)") in out
+    assert (
+        f"cannot reach {url}: the connection failed (refused or unknown host) (retrying every 0.2 s; no answer yet)"
+    ) in out
     last = out.rstrip("\n").splitlines()[-1]
-    assert re.fullmatch(rf"monitor: stopped after 1\.\d s: (\d+) requests, \1 failed; last status unreachable "
-                        rf"\(cannot reach {re.escape(url)}: .*\)", last), last
+    assert re.fullmatch(
+        rf"monitor: stopped after 1\.\d s: (\d+) requests, \1 failed; last status unreachable "
+        rf"\(cannot reach {re.escape(url)}: .*\)",
+        last,
+    ), last
 
 
-def test_live_view_recovers_after_errors(server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_view_recovers_after_errors(
+    server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two failed answers, then a health view: the error shows, then the table."""
     status, out, _ = live(f"{server.url}/flaky", capsys)
     assert status == 0
@@ -371,15 +446,19 @@ def test_live_view_recovers_after_errors(server: HealthServer, terminal: None, c
     assert out.rstrip("\n").splitlines()[-1].endswith("2 failed; last status at-risk, worst seen at-risk")
 
 
-def test_live_view_keeps_the_last_answer_while_failing(server: HealthServer, terminal: None,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_view_keeps_the_last_answer_while_failing(
+    server: HealthServer, terminal: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, out, _ = live(f"{server.url}/flip/feeds/health", capsys)
-    assert re.search(r"answered HTTP 500: Internal Server Error \(retrying every 0.2 s; last answer \d\.\d s ago\)", out)
+    assert re.search(
+        r"answered HTTP 500: Internal Server Error \(retrying every 0.2 s; last answer \d\.\d s ago\)", out
+    )
     assert out.count("tenders") >= 3  # the last table stays on screen
 
 
-def test_live_view_to_a_file_prints_the_last_screen(server: HealthServer, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_view_to_a_file_prints_the_last_screen(
+    server: HealthServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
@@ -390,8 +469,15 @@ def test_live_view_to_a_file_prints_the_last_screen(server: HealthServer, monkey
 
 
 def test_ctrl_c_stops_the_live_view_with_exit_0(server: HealthServer) -> None:
-    command = [sys.executable, "-c", "import sys; from openprocurement_feed.cli import main; sys.exit(main())",
-               "monitor", f"{server.url}/ok/feeds/health", "--interval", "0.1"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from openprocurement_feed.cli import main; sys.exit(main())",
+        "monitor",
+        f"{server.url}/ok/feeds/health",
+        "--interval",
+        "0.1",
+    ]
     env = dict(os.environ, COLUMNS="200", PYTHONWARNINGS="ignore")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -405,5 +491,7 @@ def test_ctrl_c_stops_the_live_view_with_exit_0(server: HealthServer) -> None:
             process.kill()
     assert process.returncode == 0, err
     assert "Traceback" not in err and "tenders" in out
-    assert re.fullmatch(r"monitor: stopped after \d+\.\d s: \d+ requests, 0 failed; last status ok, worst seen ok",
-                        out.rstrip("\n").splitlines()[-1])
+    assert re.fullmatch(
+        r"monitor: stopped after \d+\.\d s: \d+ requests, 0 failed; last status ok, worst seen ok",
+        out.rstrip("\n").splitlines()[-1],
+    )

@@ -1,16 +1,20 @@
 """The cursor codec: every format of SPEC A, round trips, the clamp, and every
 malformed shape rejected."""
+
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 
 import pytest
 from bson.timestamp import Timestamp
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openprocurement_feed.offset import (
     InvalidOffset,
     Offset,
+    _as_python310_iso,
     compose_offset,
     compose_position,
     ids_digest,
@@ -54,6 +58,25 @@ def test_parse_legacy_iso_date_with_plus_decoded_as_space() -> None:
 
 def test_naive_iso_date_is_utc() -> None:
     assert parse_offset("2026-05-12T11:00:00").value == 1778583600.0
+
+
+@pytest.mark.parametrize(
+    "raw, seconds, narrow",
+    [
+        ("2026-05-12T14:00:00.5+03:00", 1778583600.5, "2026-05-12T14:00:00.500000+03:00"),  # one fraction digit
+        ("2026-05-12T11:00:00Z", 1778583600.0, "2026-05-12T11:00:00+00:00"),
+        ("2026-05-12T14:00:00.1234567+0300", 1778583600.123456, "2026-05-12T14:00:00.123456+03:00"),
+        ("2026-05-12T08:00:00-0300", 1778583600.0, "2026-05-12T08:00:00-03:00"),
+        ("2026-05-12T11:00:00.123+00:00", 1778583600.123, "2026-05-12T11:00:00.123000+00:00"),
+    ],
+)
+def test_iso_dates_read_the_same_on_every_python(raw: str, seconds: float, narrow: str) -> None:
+    """Python 3.10's ``fromisoformat`` reads a narrower form than 3.11's:
+    there the codec rewrites a date in that form first, so every supported
+    Python reads a legacy offset the same."""
+    assert parse_offset(raw).value == pytest.approx(seconds, abs=1e-6)
+    assert _as_python310_iso(raw) == narrow
+    assert datetime.fromisoformat(narrow).timestamp() == pytest.approx(seconds, abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -132,9 +155,7 @@ def test_round_trip(value: float, ids: list[str]) -> None:
         (65536.8086158454, None),  # the "increment" exceeds 2**32 - 1: invalid
     ],
 )
-def test_small_values_with_ten_fractional_digits_are_not_read_back(
-    value: float, read_as: Timestamp | None
-) -> None:
+def test_small_values_with_ten_fractional_digits_are_not_read_back(value: float, read_as: Timestamp | None) -> None:
     """SPEC A's parse order puts the legacy ``public_ts`` shape (exactly ten
     digits after the first dot) before the float: a ``public_modified``
     below 10**7 whose ``repr`` has ten fractional digits is read back as a
@@ -178,9 +199,7 @@ def test_compose_position_writes_the_legacy_public_ts_shape() -> None:
     raw = compose_position(Timestamp(1778583600, 7), ["b", "a"])
     assert raw == "1778583600.0000000007.2." + hashlib.md5(b"ab").hexdigest()
     assert compose_position(Timestamp(0, 0), ["x"]).startswith("0.0000000000.1.")
-    assert compose_position(Timestamp(MAX_UINT32, MAX_UINT32), ["x"]).startswith(
-        "4294967295.4294967295.1."
-    )
+    assert compose_position(Timestamp(MAX_UINT32, MAX_UINT32), ["x"]).startswith("4294967295.4294967295.1.")
 
 
 @given(position=stamps, ids=id_lists)

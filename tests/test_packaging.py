@@ -1,5 +1,6 @@
 """The distribution: the sdist holds what MANIFEST.in promises, and package
 code never imports the GPL server."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,9 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def tracked_files() -> set[str]:
-    result = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    result = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.skip("not a git checkout: nothing to compare the sdist with")
     return {line for line in result.stdout.splitlines() if line != ".gitignore"}
@@ -25,7 +24,9 @@ def test_sdist_contains_every_tracked_file_and_no_build_debris(tmp_path: Path) -
     expected = tracked_files()
     subprocess.run(
         [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)],
-        cwd=ROOT, check=True, capture_output=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
     )
     (archive,) = tmp_path.glob("*.tar.gz")
     with tarfile.open(archive) as tar:

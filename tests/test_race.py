@@ -6,9 +6,11 @@ as the API answers. Without the watermark the detector sees late arrivals
 and the crawler loses tenders; with a watermark above the write delay,
 neither happens.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,8 +27,16 @@ SAFE_WATERMARK = 0.5
 def brief_config(mongodb_uri: str) -> RaceConfig:
     """A few seconds of load, heavy enough for the race to show at W = 0."""
     return RaceConfig(
-        duration=4.0, writers=8, rate=0.0, small=40, large=40, write_delay=WRITE_DELAY,
-        check_wait=0.1, settle=1.0, progress_every=60.0, mongodb_uri=mongodb_uri,
+        duration=4.0,
+        writers=8,
+        rate=0.0,
+        small=40,
+        large=40,
+        write_delay=WRITE_DELAY,
+        check_wait=0.1,
+        settle=1.0,
+        progress_every=60.0,
+        mongodb_uri=mongodb_uri,
     )
 
 
@@ -84,7 +94,9 @@ def loaded_server(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str
 
 
 @pytest.mark.parametrize(
-    "loaded_server, status", [(0.0, 1), (SAFE_WATERMARK, 0)], indirect=["loaded_server"],
+    "loaded_server, status",
+    [(0.0, 1), (SAFE_WATERMARK, 0)],
+    indirect=["loaded_server"],
     ids=["W=0", "W=0.5"],
 )
 def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,17 +116,43 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
     import json
 
     before = set(mongo_client.list_database_names())
-    status = cli_main([
-        "race", "--json", "--duration", "1", "--writers", "2", "--small", "3", "--large", "2",
-        "--watermark", "0.2", "--settle", "0.5", "--mongodb-uri", mongodb_uri,
-    ])
+    status = cli_main(
+        [
+            "race",
+            "--json",
+            "--duration",
+            "1",
+            "--writers",
+            "2",
+            "--small",
+            "3",
+            "--large",
+            "2",
+            "--watermark",
+            "0.2",
+            "--settle",
+            "0.5",
+            "--mongodb-uri",
+            mongodb_uri,
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 0
     runs = json.loads(captured.out)
     assert [run["order"] for run in runs] == ["watermark", "commit"]
     for run in runs:
-        for key in ("watermark", "duration", "patches_per_second", "checks", "failures",
-                    "lags_ms", "lost", "duplicates", "feed_delay_ms", "write_conflicts"):
+        for key in (
+            "watermark",
+            "duration",
+            "patches_per_second",
+            "checks",
+            "failures",
+            "lags_ms",
+            "lost",
+            "duplicates",
+            "feed_delay_ms",
+            "write_conflicts",
+        ):
             assert key in run
         assert run["tenders"] == 5 and run["lost"] == 0
     assert runs[0]["watermark"] == 0.2
@@ -124,15 +162,34 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
 
 
 @pytest.mark.slow
-def test_hot_documents_keep_appearing_in_commit_order_only(mongodb_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hot_documents_keep_appearing_in_commit_order_only(
+    mongodb_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """SPEC C/D: tenders rewritten faster than W starve a W = 1 s feed for the
     whole run; in commit order every acknowledged change shows within 1 s."""
     import json
 
-    status = cli_main([
-        "race", "--hot", "--json", "--duration", "4", "--writers", "4", "--small", "10",
-        "--rate", "80", "--watermark", "1", "--settle", "0.5", "--mongodb-uri", mongodb_uri,
-    ])
+    status = cli_main(
+        [
+            "race",
+            "--hot",
+            "--json",
+            "--duration",
+            "4",
+            "--writers",
+            "4",
+            "--small",
+            "10",
+            "--rate",
+            "80",
+            "--watermark",
+            "1",
+            "--settle",
+            "0.5",
+            "--mongodb-uri",
+            mongodb_uri,
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 0, captured.err
     watermark, commit = json.loads(captured.out)

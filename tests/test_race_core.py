@@ -5,6 +5,7 @@ later-stamped write that a crawler has already passed. Without the watermark
 the crawler holding the later offset never sees it; with a watermark above
 the delay it does.
 """
+
 from __future__ import annotations
 
 import threading
@@ -35,11 +36,10 @@ def run_race(settings: dict[str, str], watermark: float) -> dict[str, Any]:
     stamped = threading.Event()
 
     def slow_writer() -> None:
-        with store.client.start_session() as session:
-            with session.start_transaction():
-                store.save_data(collection, a, insert=True, session=session)
-                stamped.set()
-                time.sleep(COMMIT_DELAY)
+        with store.client.start_session() as session, session.start_transaction():
+            store.save_data(collection, a, insert=True, session=session)
+            stamped.set()
+            time.sleep(COMMIT_DELAY)
 
     writer = threading.Thread(target=slow_writer)
     writer.start()

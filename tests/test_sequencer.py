@@ -1,6 +1,7 @@
 """The sequencer on the real server: forward-only entries, backfill, recovery
 after the resume token left the oplog, two sequencers at once, ``kill -9``
 in the middle of a stream, a clean stop, and the ``sequence`` command."""
+
 from __future__ import annotations
 
 import os
@@ -11,14 +12,15 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from bson.timestamp import Timestamp
+from conftest import wait_sequenced
 from pymongo import MongoClient
 
-from conftest import wait_sequenced
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.offset import Offset, ids_digest
@@ -37,8 +39,7 @@ SCRIPT = Path(sys.executable).with_name("openprocurement-feed")
 def put(store: FeedStore, count: int, prefix: str = "d", **fields: Any) -> list[dict[str, Any]]:
     collection = store.collection("tenders")
     return [
-        store.save_data(collection, {"_id": f"{prefix}{n:04d}", "status": "active", **fields},
-                        insert=True)
+        store.save_data(collection, {"_id": f"{prefix}{n:04d}", "status": "active", **fields}, insert=True)
         for n in range(count)
     ]
 
@@ -97,13 +98,14 @@ def test_entries_move_forward_only(store: FeedStore) -> None:
 
 def test_backfill_orders_old_documents_before_new_ones(store: FeedStore) -> None:
     collection = store.collection("tenders")
-    stamps = {"b-old": 1_600_000_000.25, "a-mid": 1_700_000_000.5, "c-mid": 1_700_000_000.5,
-              "z-new": 1_700_000_100.0}
+    stamps = {"b-old": 1_600_000_000.25, "a-mid": 1_700_000_000.5, "c-mid": 1_700_000_000.5, "z-new": 1_700_000_100.0}
     for doc_id, stamp in reversed(list(stamps.items())):  # inserted newest first
-        store.save_data(collection, {"_id": doc_id, "status": "active", "public_modified": stamp},
-                        insert=True, modified=False)
-    store.save_data(collection, {"_id": "draft", "status": "draft", "public_modified": 1.0},
-                    insert=True, modified=False)
+        store.save_data(
+            collection, {"_id": doc_id, "status": "active", "public_modified": stamp}, insert=True, modified=False
+        )
+    store.save_data(
+        collection, {"_id": "draft", "status": "draft", "public_modified": 1.0}, insert=True, modified=False
+    )
     sequencer = Sequencer(store.db, {"tenders": ()}).start()
     try:
         assert sequencer.wait_ready(timeout=30)
@@ -132,9 +134,8 @@ def test_two_sequencers_at_once_lose_nothing(store: FeedStore) -> None:
             doc_id = f"d{(number * 7 + int(time.monotonic() * 1000)) % 30:04d}"
             doc = collection.find_one({"_id": doc_id})
             try:
-                with store.client.start_session() as session:
-                    with session.start_transaction():
-                        store.save_data(collection, dict(doc, title=uuid.uuid4().hex), session=session)
+                with store.client.start_session() as session, session.start_transaction():
+                    store.save_data(collection, dict(doc, title=uuid.uuid4().hex), session=session)
             except Exception:  # a conflict between the writers: try another
                 pass
 
@@ -171,7 +172,9 @@ def write_ini(path: Path, uri: str, db_name: str) -> Path:
 def start_sequence(ini: Path, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(SCRIPT), "sequence", str(ini), "--progress-every", "0.5", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -316,8 +319,9 @@ def test_recovery_restamps_exactly_the_changed_documents(tmp_path: Path) -> None
         (["sequence", "{ini}", "--progress-every", "-1"], "expected a number"),
     ],
 )
-def test_sequence_flags_are_checked(argv: list[str], message: str, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_sequence_flags_are_checked(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ini = tmp_path / "app.ini"
     ini.write_text("[app:main]\nuse = egg:openprocurement_feed#demo\n")
     with pytest.raises(SystemExit) as exit_info:
@@ -326,12 +330,12 @@ def test_sequence_flags_are_checked(argv: list[str], message: str, tmp_path: Pat
     assert message in capsys.readouterr().err
 
 
-def test_sequence_needs_a_commit_ordered_feed(mongodb_uri: str, db_name: str, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_sequence_needs_a_commit_ordered_feed(
+    mongodb_uri: str, db_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ini = tmp_path / "app.ini"
     ini.write_text(
-        "[app:main]\nuse = egg:openprocurement_feed#demo\n"
-        f"mongodb.uri = {mongodb_uri}\nmongodb.db_name = {db_name}\n"
+        f"[app:main]\nuse = egg:openprocurement_feed#demo\nmongodb.uri = {mongodb_uri}\nmongodb.db_name = {db_name}\n"
     )
     assert cli_main(["sequence", str(ini)]) == 2
     err = capsys.readouterr().err
@@ -341,8 +345,9 @@ def test_sequence_needs_a_commit_ordered_feed(mongodb_uri: str, db_name: str, tm
 
 def test_sequence_reports_a_bad_setting_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ini = tmp_path / "app.ini"
-    ini.write_text("[app:main]\nuse = egg:openprocurement_feed#demo\nmongodb.uri = embedded://\n"
-                   "feed.order = sideways\n")
+    ini.write_text(
+        "[app:main]\nuse = egg:openprocurement_feed#demo\nmongodb.uri = embedded://\nfeed.order = sideways\n"
+    )
     assert cli_main(["sequence", str(ini)]) == 2
     err = capsys.readouterr().err
     assert "feed.order" in err and "sideways" in err and "watermark, commit" in err
@@ -356,8 +361,9 @@ def test_sequence_observe_measures_a_watermark_feed_and_writes_no_positions(
     from openprocurement_feed.health import HEALTH_COLLECTION
 
     ini = tmp_path / "app.ini"
-    ini.write_text("[app:main]\nuse = egg:openprocurement_feed#demo\n"
-                   f"mongodb.uri = {mongodb_uri}\nmongodb.db_name = {db_name}\n")
+    ini.write_text(
+        f"[app:main]\nuse = egg:openprocurement_feed#demo\nmongodb.uri = {mongodb_uri}\nmongodb.db_name = {db_name}\n"
+    )
     process = start_sequence(ini, "--observe")
     try:
         deadline = time.monotonic() + 20

@@ -15,6 +15,7 @@ a change, across restarts and faults.
 Needs the ``client`` extra (``requests``, ``tenacity``; the command line
 also uses ``tqdm``).
 """
+
 from __future__ import annotations
 
 from .dedup import SeenItems, item_key
@@ -35,8 +36,8 @@ from .sync import BACKWARD, FORWARD, Batch, FeedSync, Handler, SyncStats, sync_f
 
 __all__ = [
     "BACKWARD",
-    "Batch",
     "FORWARD",
+    "Batch",
     "FeedError",
     "FeedHTTP",
     "FeedIdentity",

@@ -1,9 +1,11 @@
 """Bounded memory of the items already handed to the handler."""
+
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 
 def item_key(item: dict[str, Any]) -> Hashable:

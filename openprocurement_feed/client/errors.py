@@ -1,4 +1,5 @@
 """The exceptions the sync client raises, one per thing a caller can act on."""
+
 from __future__ import annotations
 
 
@@ -29,10 +30,7 @@ class FeedUnavailable(SyncError):
     policy gave up; ``attempts`` and ``elapsed`` say for how long it tried."""
 
     def __init__(self, url: str, attempts: int, elapsed: float, last_error: str) -> None:
-        super().__init__(
-            f"gave up on {url} after {attempts} attempt(s) over {elapsed:.1f} s; "
-            f"last error: {last_error}"
-        )
+        super().__init__(f"gave up on {url} after {attempts} attempt(s) over {elapsed:.1f} s; last error: {last_error}")
         self.url = url
         self.attempts = attempts
         self.elapsed = elapsed

@@ -122,8 +122,6 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         moment = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
-    if moment is None:
-        return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     current = time.time() if now is None else now
@@ -321,9 +319,11 @@ class FeedHTTP:
             response = self.session.get(url, timeout=self.timeout)
         except requests.exceptions.SSLError as error:
             raise FeedError(f"TLS error for {url}: {error}") from None
+        except requests.Timeout:
+            raise TransientError(f"no answer within {_seconds(self.timeout)} s") from None
+        except requests.ConnectionError:
+            raise TransientError("the connection failed (refused, reset or unknown host)") from None
         except (
-            requests.ConnectionError,
-            requests.Timeout,
             requests.exceptions.ChunkedEncodingError,
             requests.exceptions.ContentDecodingError,
         ) as error:
@@ -387,6 +387,13 @@ class FeedHTTP:
 def _reason(state: RetryCallState) -> str:
     error = state.outcome.exception() if state.outcome else None
     return str(error) if error is not None else "unknown error"
+
+
+def _seconds(timeout: float | tuple[float, float]) -> str:
+    """A timeout as the messages show it: ``10`` or ``10/60`` (connect/read)."""
+    if isinstance(timeout, tuple):
+        return "/".join(f"{part:g}" for part in timeout)
+    return f"{timeout:g}"
 
 
 def _short(error: BaseException) -> str:

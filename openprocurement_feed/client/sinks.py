@@ -1,4 +1,5 @@
 """Ready-made handlers."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ class JsonLinesWriter:
     def __init__(self, path: str | os.PathLike[str], fsync: bool = True) -> None:
         self.path = os.fspath(path)
         self.fsync = fsync
-        self.stream: IO[str] = open(self.path, "a", encoding="utf-8")
+        self.stream: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open until close()
         self.lines = 0
 
     def __call__(self, batch: Batch) -> None:
@@ -30,9 +31,7 @@ class JsonLinesWriter:
 
     def write(self, items: list[dict[str, Any]]) -> None:
         """Append ``items`` and make them durable."""
-        self.stream.write(
-            "".join(json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n" for item in items)
-        )
+        self.stream.write("".join(json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n" for item in items))
         self.stream.flush()
         if self.fsync:
             os.fsync(self.stream.fileno())
@@ -42,7 +41,7 @@ class JsonLinesWriter:
         """Close the file."""
         self.stream.close()
 
-    def __enter__(self) -> "JsonLinesWriter":
+    def __enter__(self) -> JsonLinesWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

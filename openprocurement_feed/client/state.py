@@ -4,8 +4,10 @@ The file is JSON, rewritten after every handled page through a temporary file
 in the same directory, ``fsync`` and ``os.replace``: a crash leaves either the
 old or the new file, never a torn one.
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -84,15 +86,13 @@ class SyncState:
         }
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "state") -> "SyncState":
+    def from_json(cls, data: Any, where: str = "state") -> SyncState:
         """Read a state written by :meth:`to_json`; :class:`StateError` if it
         is not one."""
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-            raise StateError(f"{where} is not a sync state file (no \"format\": {STATE_FORMAT!r})")
+            raise StateError(f'{where} is not a sync state file (no "format": {STATE_FORMAT!r})')
         if data.get("version") != STATE_VERSION:
-            raise StateError(
-                f"{where} has version {data.get('version')!r}; this client reads version {STATE_VERSION}"
-            )
+            raise StateError(f"{where} has version {data.get('version')!r}; this client reads version {STATE_VERSION}")
         try:
             feed = data["feed"]
             identity = FeedIdentity(
@@ -163,13 +163,9 @@ class StateFile:
         directory = self.path.parent
         text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
         try:
-            handle, temporary = tempfile.mkstemp(
-                prefix=f".{self.path.name}.", suffix=".tmp", dir=directory
-            )
+            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
         except OSError as error:
-            raise StateError(
-                f"cannot write the state file {self.path}: {error.strerror or error}"
-            ) from None
+            raise StateError(f"cannot write the state file {self.path}: {error.strerror or error}") from None
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 stream.write(text)
@@ -177,14 +173,10 @@ class StateFile:
                 os.fsync(stream.fileno())
             os.replace(temporary, self.path)
         except BaseException as error:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(temporary)
-            except OSError:
-                pass
             if isinstance(error, OSError):
-                raise StateError(
-                    f"cannot write the state file {self.path}: {error.strerror or error}"
-                ) from None
+                raise StateError(f"cannot write the state file {self.path}: {error.strerror or error}") from None
             raise
         _fsync_directory(directory)
 
@@ -197,7 +189,7 @@ def _fsync_directory(directory: Path) -> None:
         return
     try:
         os.fsync(descriptor)
-    except OSError:
+    except OSError:  # pragma: no cover - file systems that cannot sync a directory
         pass
     finally:
         os.close(descriptor)

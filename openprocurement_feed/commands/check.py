@@ -10,6 +10,7 @@ https://public-api.prozorro.gov.ua/api/2.5/tenders (add ?mode=test or
 ?mode=_all_ to check those feeds). Exit status: 0 no anomaly, 1 anomalies
 found, 2 the feed could not be read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ import time
 from typing import Any
 
 from ..cli import CommandError
-from .options import http_url, non_negative_float, positive_float, positive_int
+from .options import HTTP_TIMEOUT, INTERVAL, MODE, PAGE_LIMIT, URL, Flag, add_command, positive_float, positive_int
 
 #: Checks made when neither --checks nor --duration is given.
 DEFAULT_CHECKS = 20
@@ -26,43 +27,42 @@ DEFAULT_CHECKS = 20
 PROGRESS_EVERY = 5.0
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "check",
-        help="check a live feed for documents that appear inside an already-served window",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("url", type=http_url, metavar="URL", help="the feed, e.g. http://127.0.0.1:6543/api/2.5/tenders")
-    parser.add_argument(
-        "--checks", type=positive_int, default=None, metavar="N",
+#: The line in ``openprocurement-feed --help``.
+HELP = "check a live feed for documents that appear inside an already-served window"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    URL,
+    Flag(
+        "--checks",
+        type=positive_int,
+        default=None,
+        metavar="N",
         help=f"stop after N checks (default: {DEFAULT_CHECKS} when --duration is not given)",
-    )
-    parser.add_argument(
-        "--duration", type=positive_float, default=None, metavar="S",
+    ),
+    Flag(
+        "--duration",
+        type=positive_float,
+        default=None,
+        metavar="S",
         help="stop after S seconds (with --checks: whichever comes first)",
-    )
-    parser.add_argument(
-        "--wait", type=positive_float, default=0.5, metavar="S",
+    ),
+    Flag(
+        "--wait",
+        type=positive_float,
+        default=0.5,
+        metavar="S",
         help="seconds between a snapshot and its re-fetch (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--interval", type=non_negative_float, default=0.5, metavar="S",
-        help="seconds between two checks (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--limit", type=positive_int, default=100, metavar="N",
-        help="page size of the snapshot and the re-fetch (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--mode", choices=("test", "_all_"), default=None,
-        help="check the test feed or the feed of everything (default: the URL's, else real objects)",
-    )
-    parser.add_argument(
-        "--timeout", type=positive_float, default=10.0, metavar="S",
-        help="HTTP timeout per request (default: %(default)s)",
-    )
-    parser.set_defaults(func=run)
+    ),
+    INTERVAL.but(help="seconds between two checks (default: %(default)s)"),
+    PAGE_LIMIT.but(help="page size of the snapshot and the re-fetch (default: %(default)s)"),
+    MODE.but(help="check the test feed or the feed of everything (default: the URL's, else real objects)"),
+    HTTP_TIMEOUT,
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``check`` and its flags."""
+    add_command(subparsers, "check", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
                 next_report = now + PROGRESS_EVERY
                 print(
                     f"[{now - started:5.1f} s] {stats.checks} checks, {stats.failures} with late arrivals",
-                    file=sys.stderr, flush=True,
+                    file=sys.stderr,
+                    flush=True,
                 )
             pause = args.interval
             if deadline:

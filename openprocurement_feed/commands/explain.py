@@ -15,6 +15,7 @@ Exit status: 0 when every shape is served by an index in index order; 1 when
 a shape is served by a collection scan or an in-memory sort, or a feed index
 is missing; 2 for a usage or connection error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..cli import CommandError
 from ..orders import COMMIT, ORDERS, WATERMARK, positions_name
-from .options import positive_int
+from .options import PAGE_LIMIT, Flag, add_command, positive_int
 
 
 def field_name(value: str) -> str:
@@ -44,31 +45,46 @@ def max_limit(value: str) -> int:
     return number
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "explain",
-        help="check that the indexes of a MongoDB collection serve every feed query",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--uri", default=os.environ.get("MONGODB_URI"), metavar="MONGODB_URI",
+#: The line in ``openprocurement-feed --help``.
+HELP = "check that the indexes of a MongoDB collection serve every feed query"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    Flag(
+        "--uri",
+        default=os.environ.get("MONGODB_URI"),
+        metavar="MONGODB_URI",
         help="the mongodb:// URI (default: the MONGODB_URI environment variable)",
-    )
-    parser.add_argument("--db", default="openprocurement", metavar="NAME",
-                        help="the database (default: %(default)s)")
-    parser.add_argument("--collection", default="tenders",
-                        help="the feed's collection (default: %(default)s)")
-    parser.add_argument("--order", choices=ORDERS, default=WATERMARK,
-                        help="the feed's order: explain the collection itself (watermark) or "
-                             "its positions collection (commit) (default: %(default)s)")
-    parser.add_argument("--scope-field", type=field_name, default=None, metavar="FIELD",
-                        help="also explain the feed scoped on this field (e.g. frameworkID)")
-    parser.add_argument("--limit", type=max_limit, default=100,
-                        help="page size of the explained queries (default: %(default)s)")
-    parser.add_argument("--timeout-ms", type=positive_int, default=5000,
-                        help="server selection timeout in ms (default: %(default)s)")
-    parser.set_defaults(func=run)
+    ),
+    Flag("--db", default="openprocurement", metavar="NAME", help="the database (default: %(default)s)"),
+    Flag("--collection", default="tenders", help="the feed's collection (default: %(default)s)"),
+    Flag(
+        "--order",
+        choices=ORDERS,
+        default=WATERMARK,
+        help="the feed's order: explain the collection itself (watermark) or "
+        "its positions collection (commit) (default: %(default)s)",
+    ),
+    Flag(
+        "--scope-field",
+        type=field_name,
+        default=None,
+        metavar="FIELD",
+        help="also explain the feed scoped on this field (e.g. frameworkID)",
+    ),
+    PAGE_LIMIT.but(type=max_limit, help="page size of the explained queries (default: %(default)s)"),
+    Flag(
+        "--timeout-ms",
+        type=positive_int,
+        default=5000,
+        metavar="MS",
+        help="server selection timeout in ms (default: %(default)s)",
+    ),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``explain`` and its flags."""
+    add_command(subparsers, "explain", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def _progress(done: int, total: int) -> None:
@@ -81,10 +97,7 @@ def check_collections(names: list[str], args: argparse.Namespace) -> None:
     """Refuse a feed collection (or, in commit order, a positions collection)
     that is not in the database, with what to check."""
     if args.collection not in names:
-        raise CommandError(
-            f"no collection {args.collection!r} in database {args.db!r} "
-            "(check --db and --collection)"
-        )
+        raise CommandError(f"no collection {args.collection!r} in database {args.db!r} (check --db and --collection)")
     positions = positions_name(args.collection)
     if args.order == COMMIT and positions not in names:
         raise CommandError(
@@ -105,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.uri.startswith(("mongodb://", "mongodb+srv://")):
         raise CommandError(f"--uri: expected a mongodb:// or mongodb+srv:// URI, got {args.uri!r}")
     try:
-        client: MongoClient = MongoClient(args.uri, serverSelectionTimeoutMS=args.timeout_ms)
+        client: MongoClient[Any] = MongoClient(args.uri, serverSelectionTimeoutMS=args.timeout_ms)
     except (ConfigurationError, ValueError) as error:
         raise CommandError(f"--uri: {error}") from None
     try:
@@ -113,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
             database = client[args.db]
             check_collections(database.list_collection_names(), args)
             analysis = analyse(
-                database[args.collection], scope_field=args.scope_field, limit=args.limit,
-                progress=_progress, order=args.order,
+                database[args.collection],
+                scope_field=args.scope_field,
+                limit=args.limit,
+                progress=_progress,
+                order=args.order,
             )
         except InvalidName as error:
             raise CommandError(f"--db/--collection: {error}") from None

@@ -19,18 +19,20 @@ confirmed); 2 violated, or the URL could not be read as a health view
 (unreachable, an HTTP status other than 200 and 503, a body that is not JSON
 or not a health view).
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..cli import CommandError
-from .options import http_url, positive_float
+from .options import HTTP_TIMEOUT, INTERVAL, RUN_FOR, URL, Flag, add_command, positive_float
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests
@@ -45,12 +47,12 @@ EXIT_STATUS = {"ok": 0, "unknown": 1, "at-risk": 1, "violated": 2}
 #: HTTP statuses that carry a health body: 503 means a violated promise.
 HEALTH_STATUSES = (200, 503)
 #: How the live view colours each verdict.
-VERDICT_STYLES = {"ok": "bold green", "unknown": "bold magenta",
-                  "at-risk": "bold yellow", "violated": "bold red"}
+VERDICT_STYLES = {"ok": "bold green", "unknown": "bold magenta", "at-risk": "bold yellow", "violated": "bold red"}
 DEFAULT_INTERVAL = 2.0
 
 
 # -- the health body ----------------------------------------------------------
+
 
 class HealthError(Exception):
     """The URL could not be read as a health view; the message is one line."""
@@ -138,14 +140,22 @@ def parse_feed(raw: Any, number: int) -> FeedHealth:
     checkpoint = _mapping(raw, "checkpoint")
     count = _number(lag, "count")
     return FeedHealth(
-        name=name, verdict=verdict, order=_text(raw, "order"), path=_text(raw, "path"),
+        name=name,
+        verdict=verdict,
+        order=_text(raw, "order"),
+        path=_text(raw, "path"),
         watermark_seconds=_number(raw, "watermark_seconds"),
         reason=" ".join(_text(raw, "reason").split()),
         watcher_running=watcher.get("running") is True,
         watcher_age=_number(watcher, "age_seconds"),
         checkpoint_age=_number(checkpoint, "age_seconds"),
-        lag=Lag(p50=_number(lag, "p50"), p99=_number(lag, "p99"), max=_number(lag, "max"),
-                count=int(count or 0), window_seconds=_number(lag, "window_seconds")),
+        lag=Lag(
+            p50=_number(lag, "p50"),
+            p99=_number(lag, "p99"),
+            max=_number(lag, "max"),
+            count=int(count or 0),
+            window_seconds=_number(lag, "window_seconds"),
+        ),
     )
 
 
@@ -164,6 +174,7 @@ def overall_status(health: Health) -> str:
 
 
 # -- reading it over HTTP -----------------------------------------------------
+
 
 def candidate_urls(url: str) -> tuple[str, ...]:
     """The URLs to try, in order: the URL itself when its path ends with
@@ -202,8 +213,11 @@ def fetch_health(session: requests.Session, url: str, timeout: float) -> Health:
     if code not in HEALTH_STATUSES:
         detail = _http_detail(response)
         raise failure(f"{url} answered HTTP {code}" + (f": {detail}" if detail else ""))
-    answered = f"{url} answered HTTP {code} but not with a health view" if code != 200 else \
-        f"{url} did not answer with a health view"
+    answered = (
+        f"{url} answered HTTP {code} but not with a health view"
+        if code != 200
+        else f"{url} did not answer with a health view"
+    )
     try:
         body = response.json()
     except ValueError:
@@ -256,6 +270,7 @@ class HealthSource:
 
 # -- text ---------------------------------------------------------------------
 
+
 def format_ms(value: float | None) -> str:
     """Milliseconds for a person: whole from 10 ms up, one decimal below."""
     if value is None:
@@ -307,13 +322,15 @@ def summary_line(health: Health) -> str:
 
 # -- --check ------------------------------------------------------------------
 
+
 def run_check(args: argparse.Namespace) -> int:
     """One request, one line on stdout, the exit status of the status."""
     try:
         source = HealthSource(args.url, args.timeout)
     except ImportError as error:
-        raise CommandError(f"needs the client extra ({error.name} is missing): "
-                           "pip install 'openprocurement_feed[client]'") from None
+        raise CommandError(
+            f"needs the client extra ({error.name} is missing): pip install 'openprocurement_feed[client]'"
+        ) from None
     try:
         health = source.fetch()
     except HealthError as error:
@@ -325,6 +342,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 # -- the live view ------------------------------------------------------------
+
 
 @dataclass
 class MonitorState:
@@ -350,8 +368,7 @@ class MonitorState:
             return
         self.health, self.answered_at, self.error = health, time.monotonic(), None
         status = overall_status(health)
-        self.worst = status if self.worst is None else max(
-            (self.worst, status), key=VERDICTS.index)
+        self.worst = status if self.worst is None else max((self.worst, status), key=VERDICTS.index)
 
     @property
     def status(self) -> str:
@@ -368,8 +385,10 @@ class MonitorState:
         elapsed = format_age(time.monotonic() - self.started)
         last = self.status + (f" ({self.error})" if self.error else "")
         worst = f", worst seen {self.worst}" if self.worst else ""
-        return (f"monitor: stopped after {elapsed}: {self.requests} requests, "
-                f"{self.failures} failed; last status {last}{worst}")
+        return (
+            f"monitor: stopped after {elapsed}: {self.requests} requests, "
+            f"{self.failures} failed; last status {last}{worst}"
+        )
 
 
 def _verdict_text(verdict: str) -> Any:
@@ -385,9 +404,18 @@ COMPACT_WIDTH = 110
 #: one line each under it.
 REASON_COLUMN_WIDTH = 140
 #: The columns before the reason: header, justification.
-COLUMNS = (("feed", "left"), ("order", "left"), ("W", "right"), ("verdict", "left"),
-           ("p50", "right"), ("p99", "right"), ("max", "right"), ("count", "right"),
-           ("ckpt", "right"), ("watcher", "right"))
+COLUMNS = (
+    ("feed", "left"),
+    ("order", "left"),
+    ("W", "right"),
+    ("verdict", "left"),
+    ("p50", "right"),
+    ("p99", "right"),
+    ("max", "right"),
+    ("count", "right"),
+    ("ckpt", "right"),
+    ("watcher", "right"),
+)
 
 
 def feed_row(feed: FeedHealth) -> list[Any]:
@@ -399,10 +427,17 @@ def feed_row(feed: FeedHealth) -> list[Any]:
     watcher = format_age(feed.watcher_age) if feed.watcher_age is not None else "none"
     w = "–" if feed.watermark_seconds is None else f"{feed.watermark_seconds:g} s"
     return [
-        Text(feed.name), Text(feed.order or "–"), Text(w), _verdict_text(feed.verdict),
-        Text(format_ms(lag.p50)), Text(format_ms(lag.p99)), Text(format_ms(lag.max)),
-        Text(str(lag.count)), Text(format_age(feed.checkpoint_age)),
-        Text(watcher, style="" if feed.watcher_running else "bold red"), Text(feed.reason),
+        Text(feed.name),
+        Text(feed.order or "–"),
+        Text(w),
+        _verdict_text(feed.verdict),
+        Text(format_ms(lag.p50)),
+        Text(format_ms(lag.p99)),
+        Text(format_ms(lag.max)),
+        Text(str(lag.count)),
+        Text(format_age(feed.checkpoint_age)),
+        Text(watcher, style="" if feed.watcher_running else "bold red"),
+        Text(feed.reason),
     ]
 
 
@@ -410,8 +445,10 @@ def table_caption(health: Health) -> str:
     """What the columns are: lag units and window, what the ages are of."""
     windows = sorted({feed.lag.window_seconds for feed in health.feeds if feed.lag.window_seconds})
     over = f" over the last {', '.join(format_age(seconds) for seconds in windows)}" if windows else ""
-    return (f"p50/p99/max: start-to-commit lag in ms, count: samples{over}; "
-            "ckpt, watcher: age of the checkpoint and of the watcher's figures (red: not running)")
+    return (
+        f"p50/p99/max: start-to-commit lag in ms, count: samples{over}; "
+        "ckpt, watcher: age of the checkpoint and of the watcher's figures (red: not running)"
+    )
 
 
 def feed_table(health: Health, stale: bool, width: int) -> Any:
@@ -423,10 +460,15 @@ def feed_table(health: Health, stale: bool, width: int) -> Any:
     reasons_inline = width >= REASON_COLUMN_WIDTH
     compact = width < COMPACT_WIDTH
     table = Table(
-        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, show_edge=not compact,
-        pad_edge=not compact, padding=(0, 1, 0, 0) if compact else (0, 1),
-        expand=reasons_inline, style="dim" if stale else None,
-        header_style="bold", caption=table_caption(health), caption_justify="left",
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        show_edge=not compact,
+        pad_edge=not compact,
+        padding=(0, 1, 0, 0) if compact else (0, 1),
+        expand=reasons_inline,
+        style="dim" if stale else "",
+        header_style="bold",
+        caption=table_caption(health),
+        caption_justify="left",
         caption_style="dim",
     )
     for name, justify in COLUMNS:
@@ -473,10 +515,12 @@ def render(state: MonitorState, url: str, width: int) -> RenderableType:
 
     parts: list[Any] = [header(state, url)]
     if state.error:
-        since = ("no answer yet" if state.answered_at is None
-                 else f"last answer {format_age(time.monotonic() - state.answered_at)} ago")
-        parts.append(Text(f"{state.error} (retrying every {state.interval:g} s; {since})",
-                          style="bold red"))
+        since = (
+            "no answer yet"
+            if state.answered_at is None
+            else f"last answer {format_age(time.monotonic() - state.answered_at)} ago"
+        )
+        parts.append(Text(f"{state.error} (retrying every {state.interval:g} s; {since})", style="bold red"))
     if state.health is not None:
         if state.health.feeds:
             parts.append(feed_table(state.health, state.error is not None, width))
@@ -504,14 +548,15 @@ def run_live(args: argparse.Namespace) -> int:
 
         source = HealthSource(args.url, args.timeout)
     except ImportError as error:
-        raise CommandError(f"the live view needs the client extra ({error.name} is missing): "
-                           "pip install 'openprocurement_feed[client]'") from None
+        raise CommandError(
+            f"the live view needs the client extra ({error.name} is missing): "
+            "pip install 'openprocurement_feed[client]'"
+        ) from None
     state = MonitorState(args.interval or DEFAULT_INTERVAL)
-    deadline = state.started + args.for_seconds if args.for_seconds else None
+    deadline = state.started + args.run_for if args.run_for else None
     console = make_console()
     try:
-        with Live(render(state, source.url, console.width), console=console,
-                  auto_refresh=False) as live:
+        with Live(render(state, source.url, console.width), console=console, auto_refresh=False) as live:
             while True:
                 tick = time.monotonic()
                 state.record(source)
@@ -535,43 +580,39 @@ def run_live(args: argparse.Namespace) -> int:
 
 # -- the command --------------------------------------------------------------
 
+
+#: The line in ``openprocurement-feed --help``.
+HELP = "watch the feeds' health view live, or check it once for cron and alerting"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    URL.but(
+        help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
+        "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)"
+    ),
+    Flag(
+        "--check",
+        action="store_true",
+        help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, 2 violated or not readable",
+    ),
+    INTERVAL.but(
+        type=positive_float,
+        default=None,
+        help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
+    ),
+    RUN_FOR.but(help="live view: stop by itself after S seconds (default: until Ctrl-C)"),
+    HTTP_TIMEOUT.but(default=5.0),
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``monitor`` and its flags."""
-    parser = subparsers.add_parser(
-        "monitor",
-        help="watch the feeds' health view live, or check it once for cron and alerting",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "url", type=http_url, metavar="URL",
-        help="the health view, e.g. http://127.0.0.1:6543/api/2.5/feeds/health, or the API's "
-             "base URL, e.g. http://127.0.0.1:6543/api/2.5 (/feeds/health is appended)",
-    )
-    parser.add_argument(
-        "--check", action="store_true",
-        help="one request and a one-line summary; exit status 0 ok, 1 at-risk or unknown, "
-             "2 violated or not readable",
-    )
-    parser.add_argument(
-        "--interval", type=positive_float, default=None, metavar="S",
-        help=f"live view: seconds between two refreshes (default: {DEFAULT_INTERVAL:g})",
-    )
-    parser.add_argument(
-        "--for", dest="for_seconds", type=positive_float, default=None, metavar="S",
-        help="live view: stop by itself after S seconds (default: until Ctrl-C)",
-    )
-    parser.add_argument(
-        "--timeout", type=positive_float, default=5.0, metavar="S",
-        help="HTTP timeout per request (default: %(default)g)",
-    )
-    parser.set_defaults(func=run)
+    add_command(subparsers, "monitor", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check once with --check, else show the live view; the exit status."""
     if args.check:
-        for flag, value in (("--interval", args.interval), ("--for", args.for_seconds)):
+        for flag, value in (("--interval", args.interval), ("--for", args.run_for)):
             if value is not None:
                 raise CommandError(f"{flag} is for the live view; --check makes one request")
         return run_check(args)

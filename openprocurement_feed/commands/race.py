@@ -13,6 +13,7 @@ must end up with every tender's final version. One table compares the runs.
 aimed at (writes commit at once), and per run the longest time an
 acknowledged change stayed invisible to the crawler.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,10 @@ from pyramid.exceptions import ConfigurationError
 
 from ..cli import CommandError
 from .options import (
-    delay_range,
+    MONGODB_URI,
+    WRITE_DELAY,
+    Flag,
+    add_command,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -33,76 +37,92 @@ from .options import (
     watermark_seconds,
 )
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "reproduce the lost-document race under load, with and without the watermark"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    Flag(
+        "--duration",
+        type=positive_float,
+        default=20.0,
+        metavar="S",
+        help="seconds of write load per run (default: %(default)s)",
+    ),
+    Flag(
+        "--watermark",
+        type=watermark_seconds,
+        nargs="*",
+        default=[0.0, 1.0],
+        metavar="W",
+        help="watermark values in seconds, one run each; none for none (default: 0 1)",
+    ),
+    Flag(
+        "--commit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run in commit order, with an in-process sequencer (default: yes)",
+    ),
+    Flag(
+        "--sequencer",
+        choices=("process", "thread"),
+        default="process",
+        help="where the commit run's sequencer runs: its own worker process, as in "
+        "production, or a thread of the API process (default: %(default)s)",
+    ),
+    Flag(
+        "--hot",
+        action="store_true",
+        help="the hot-documents scenario: --small 30 --large 0 --rate 160 unless given",
+    ),
+    Flag("--writers", type=positive_int, default=8, metavar="N", help="writer threads (default: %(default)s)"),
+    Flag(
+        "--rate",
+        type=non_negative_float,
+        default=None,
+        metavar="R",
+        help="total patches per second aimed at, 0 for as fast as possible (default: 72, with --hot 160)",
+    ),
+    Flag(
+        "--small",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="small tenders (1 item) (default: 70, with --hot 30)",
+    ),
+    Flag(
+        "--large",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="large tenders (10 items, long texts) (default: 70, with --hot 0)",
+    ),
+    WRITE_DELAY.but(
+        default=None,
+        help="ms each write stays open after its stamp: 0, 20 or a range (default: 5-40, with --hot 0)",
+    ),
+    Flag(
+        "--check-wait",
+        type=positive_float,
+        default=0.2,
+        metavar="S",
+        help="seconds between a detector's snapshot and its re-fetch (default: %(default)s)",
+    ),
+    Flag(
+        "--settle",
+        type=non_negative_float,
+        default=2.0,
+        metavar="S",
+        help="seconds the crawler keeps polling after the writers stop, on top of W (default: %(default)s)",
+    ),
+    Flag("--seed", type=int, default=None, help="seed of the random load"),
+    MONGODB_URI.but(help="use this MongoDB (a database per run, dropped after) instead of the embedded one"),
+    Flag("--json", action="store_true", help="print a JSON list (one object per run) instead of the table"),
+)
+
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "race",
-        help="reproduce the lost-document race under load, with and without the watermark",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--duration", type=positive_float, default=20.0, metavar="S",
-        help="seconds of write load per run (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--watermark", type=watermark_seconds, nargs="*", default=[0.0, 1.0], metavar="W",
-        help="watermark values in seconds, one run each; none for none (default: 0 1)",
-    )
-    parser.add_argument(
-        "--commit", action=argparse.BooleanOptionalAction, default=True,
-        help="also run in commit order, with an in-process sequencer (default: yes)",
-    )
-    parser.add_argument(
-        "--sequencer", choices=("process", "thread"), default="process",
-        help="where the commit run's sequencer runs: its own worker process, as in "
-             "production, or a thread of the API process (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--hot", action="store_true",
-        help="the hot-documents scenario: --small 30 --large 0 --rate 160 unless given",
-    )
-    parser.add_argument(
-        "--writers", type=positive_int, default=8, metavar="N",
-        help="writer threads (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--rate", type=non_negative_float, default=None, metavar="R",
-        help="total patches per second aimed at, 0 for as fast as possible "
-             "(default: 72, with --hot 160)",
-    )
-    parser.add_argument(
-        "--small", type=non_negative_int, default=None, metavar="N",
-        help="small tenders (1 item) (default: 70, with --hot 30)",
-    )
-    parser.add_argument(
-        "--large", type=non_negative_int, default=None, metavar="N",
-        help="large tenders (10 items, long texts) (default: 70, with --hot 0)",
-    )
-    parser.add_argument(
-        "--write-delay", type=delay_range, default=None, metavar="MS",
-        help="ms each write stays open after its stamp: 0, 20 or a range "
-             "(default: 5-40, with --hot 0)",
-    )
-    parser.add_argument(
-        "--check-wait", type=positive_float, default=0.2, metavar="S",
-        help="seconds between a detector's snapshot and its re-fetch (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--settle", type=non_negative_float, default=2.0, metavar="S",
-        help="seconds the crawler keeps polling after the writers stop, on top of W "
-             "(default: %(default)s)",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="seed of the random load")
-    parser.add_argument(
-        "--mongodb-uri", default=None,
-        help="use this MongoDB (a database per run, dropped after) instead of the embedded one",
-    )
-    parser.add_argument(
-        "--json", action="store_true",
-        help="print a JSON list (one object per run) instead of the table",
-    )
-    parser.set_defaults(func=run, parser=parser)
+    """Register ``race`` and its flags."""
+    add_command(subparsers, "race", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def _progress(line: str) -> None:

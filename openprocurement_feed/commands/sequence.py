@@ -14,9 +14,11 @@ The application's own in-process sequencer (``feed.sequencer = thread``) is
 turned off while the command loads it. Exit status: 0 after a stop, 2 for a
 configuration or database error.
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -25,7 +27,7 @@ import time
 from typing import Any
 
 from ..cli import CommandError
-from .options import positive_float, positive_int
+from .options import RUN_FOR, Flag, add_command, positive_float, positive_int
 
 
 def ini_file(value: str) -> str:
@@ -36,25 +38,43 @@ def ini_file(value: str) -> str:
     return value
 
 
+#: The line in ``openprocurement-feed --help``.
+HELP = "follow the change streams of commit-ordered feeds and publish their positions"
+#: The command's flags, shared ones from :mod:`.options` first where they apply.
+FLAGS = (
+    Flag(
+        "config",
+        type=ini_file,
+        metavar="CONFIG.ini",
+        help="the application's ini file (e.g. production.ini)",
+    ),
+    Flag(
+        "--progress-every",
+        type=positive_float,
+        default=5.0,
+        metavar="S",
+        help="seconds between two progress lines (default: %(default)s)",
+    ),
+    Flag(
+        "--batch-size",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="most change events written in one bulk write (default: %(default)s)",
+    ),
+    Flag(
+        "--observe",
+        action="store_true",
+        help="also follow the watermark-ordered feeds' collections, observe-only: "
+        "measure each write's start-to-commit lag for the health view",
+    ),
+    RUN_FOR,
+)
+
+
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "sequence",
-        help="follow the change streams of commit-ordered feeds and publish their positions",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", type=ini_file, metavar="CONFIG.ini",
-                        help="the application's ini file (e.g. production.ini)")
-    parser.add_argument("--progress-every", type=positive_float, default=5.0, metavar="S",
-                        help="seconds between two progress lines (default: %(default)s)")
-    parser.add_argument("--batch-size", type=positive_int, default=1000, metavar="N",
-                        help="most change events written in one bulk write (default: %(default)s)")
-    parser.add_argument("--observe", action="store_true",
-                        help="also follow the watermark-ordered feeds' collections, observe-only: "
-                             "measure each write's start-to-commit lag for the health view")
-    parser.add_argument("--for", dest="run_for", type=positive_float, default=None, metavar="S",
-                        help="stop by itself after S seconds (default: run until stopped)")
-    parser.set_defaults(func=run)
+    """Register ``sequence`` and its flags."""
+    add_command(subparsers, "sequence", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def load_registry(config: str) -> Any:
@@ -64,10 +84,8 @@ def load_registry(config: str) -> Any:
     previous = os.environ.get("FEED_SEQUENCER")
     os.environ["FEED_SEQUENCER"] = "off"
     try:
-        try:
+        with contextlib.suppress(Exception):  # an ini without logging sections is fine
             setup_logging(config)
-        except Exception:  # an ini without logging sections is fine
-            pass
         app = get_app(config)
     finally:
         if previous is None:
@@ -148,12 +166,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     sequencer = Sequencer(
-        registry.feed_store.db, collections, observed=observed, batch_size=args.batch_size,
+        registry.feed_store.db,
+        collections,
+        observed=observed,
+        batch_size=args.batch_size,
         lag_window_seconds=registry.feed_settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),
     )
-    names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed
-                                             if name not in collections])
+    names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed if name not in collections])
     print(f"Sequencing {names} of database {registry.feed_store.db.name}", file=sys.stderr, flush=True)
     started = time.monotonic()
     previous: dict[str, int] = {}
@@ -170,8 +190,11 @@ def run(args: argparse.Namespace) -> int:
                 break
             now = time.monotonic()
             if now - last >= args.progress_every or stopping.is_set():
-                print(f"[{now - started:6.0f} s] " + progress_line(now - last, sequencer.followers, previous),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{now - started:6.0f} s] " + progress_line(now - last, sequencer.followers, previous),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 last = now
             if deadline is not None and now >= deadline:
                 break

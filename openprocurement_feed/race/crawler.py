@@ -5,6 +5,7 @@ It starts without an offset, always continues from ``next_page.offset``
 every version (id and ``dateModified``) it was given and when it first saw it,
 so that the experiment can count lost tenders, duplicates and feed delay.
 """
+
 from __future__ import annotations
 
 import threading

@@ -34,12 +34,13 @@ the snapshot); a document that the first read shows and that is neither in
 the snapshot nor in the second read lay inside the window: a crawler that
 had reached the newest item would never get it.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from ..offset import is_position_offset
 from .feed import FeedClient, FeedError, FeedItem

@@ -26,13 +26,16 @@ it was given that version or a newer one): a watermark feed shows a document
 only once its writes pause for ``W``, a commit-ordered feed shows every
 change.
 """
+
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .crawler import Crawler
 from .detector import Detector, DetectorThread
@@ -87,12 +90,11 @@ class RaceConfig:
         return runs
 
     @classmethod
-    def hot_scenario(cls, **overrides: Any) -> "RaceConfig":
+    def hot_scenario(cls, **overrides: Any) -> RaceConfig:
         """The hot-documents load: 30 small tenders, 160 patches/s aimed at,
         writes committed at once (held open, eight writers on 30 tenders
         would mostly measure their own write conflicts)."""
-        values: dict[str, Any] = dict(small=30, large=0, rate=160.0, writers=8, hot=True,
-                                      write_delay="0")
+        values: dict[str, Any] = dict(small=30, large=0, rate=160.0, writers=8, hot=True, write_delay="0")
         values.update(overrides)
         return cls(**values)
 
@@ -205,7 +207,9 @@ def run_label(order: str, watermark: float) -> str:
 
 
 def run_once(
-    config: RaceConfig, watermark: float, progress: Progress = lambda line: None,
+    config: RaceConfig,
+    watermark: float,
+    progress: Progress = lambda line: None,
     order: str = "watermark",
 ) -> RunResult:
     """One run of the experiment in ``order`` (with watermark ``watermark``
@@ -234,15 +238,18 @@ def run_once(
         feed_url = f"{api}/tenders"
         progress(f"{label} creating {config.small} small and {config.large} large tenders")
         small = create_many(api, config.small, large=False, seed=config.seed)
-        large = create_many(api, config.large, large=True,
-                            seed=None if config.seed is None else config.seed + 1)
+        large = create_many(api, config.large, large=True, seed=None if config.seed is None else config.seed + 1)
         crawler = Crawler(FeedClient(feed_url, limit=config.page_limit), config.poll_interval)
         detector = DetectorThread(Detector(FeedClient(feed_url, limit=config.page_limit), config.check_wait))
         per_writer = config.rate / config.writers if config.rate > 0 else 0.0
         writers = [
-            LoggingWriter(api, ids, rate=per_writer,
-                          seed=None if config.seed is None else config.seed + 10 + number,
-                          name=f"writer-{number}")
+            LoggingWriter(
+                api,
+                ids,
+                rate=per_writer,
+                seed=None if config.seed is None else config.seed + 10 + number,
+                name=f"writer-{number}",
+            )
             for number, ids in enumerate(_split_ids(small, large, config.writers))
         ]
         crawler.start()
@@ -273,10 +280,7 @@ def run_once(
         detector.stop()
         detector.join(timeout=60)
         collection = server.registry.feed_store.collection("tenders")
-        finals = {
-            doc["_id"]: doc["dateModified"]
-            for doc in collection.find({"is_public": True}, {"dateModified": 1})
-        }
+        finals = {doc["_id"]: doc["dateModified"] for doc in collection.find({"is_public": True}, {"dateModified": 1})}
         catch_up = (watermark if order == "watermark" else 0.0) + config.settle
         progress(f"{label} writers stopped; the crawler catches up for up to {catch_up:g} s")
         until = time.monotonic() + catch_up
@@ -288,9 +292,7 @@ def run_once(
         crawler.join(timeout=60)
         crawler.drain()  # whatever the crawler has not reached yet is not lost
         crawler.client.close()
-        lost_ids = sorted(
-            tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final)
-        )
+        lost_ids = sorted(tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final))
         patches = sum(writer.stats.patches for writer in writers)
         stats = detector.stats
         result = RunResult(
@@ -316,9 +318,7 @@ def run_once(
             order=order,
             write_conflicts=conflicts,
             hot=config.hot,
-            longest_invisible_s=(
-                longest_invisible(writers, crawler, time.time()) if config.hot else None
-            ),
+            longest_invisible_s=(longest_invisible(writers, crawler, time.time()) if config.hot else None),
             sequencer=_sequencer_figures(server.registry, worker),
         )
         progress(
@@ -336,10 +336,8 @@ def run_once(
         if worker is not None:
             worker.stop()
         if config.mongodb_uri:
-            try:
+            with contextlib.suppress(Exception):  # the database may be gone; nothing to clean then
                 server.registry.feed_store.client.drop_database(settings["mongodb.db_name"])
-            except Exception:  # the database may be gone; nothing to clean then
-                pass
         server.close()
 
 

@@ -1,24 +1,33 @@
-"""Reading an openprocurement-style feed over HTTP, as a client does.
+"""The race tool's and the checker's view of a feed: typed items with their stamps.
 
-:class:`FeedClient` fetches one page at a time with ``requests`` and checks
-that the answer looks like a feed; every failure becomes a :class:`FeedError`
-with a one-line message that names the URL.
+The HTTP side (building requests from the feed URL, reading and checking the
+page, retrying what is worth retrying) is the reference crawler's reader,
+:class:`~openprocurement_feed.client.http.FeedHTTP`; this module only asks it
+for ``public_modified`` on every item and reads the items as
+:class:`FeedItem`. Every failure becomes a :class:`FeedError` with a one-line
+message that names the URL.
 """
+
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Mapping
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any
 
 import requests
 
+from ..client.errors import FeedError, FeedUnavailable
+from ..client.http import FeedHTTP, RetryPolicy, split_feed_url
+
 PUBLIC_MODIFIED = "public_modified"
-#: Query parameters the client sets itself; the rest of the URL's query is kept.
-OWN_PARAMS = ("offset", "descending", "limit", "opt_fields")
 
+#: How hard the checker and the race tool try one page: a few quick retries
+#: of 429, 5xx and connection errors, then the error is theirs to count or
+#: report (the crawler's default policy tries for minutes).
+CHECK_RETRY = RetryPolicy(initial_backoff=0.2, max_backoff=2.0, max_attempts=3, max_time=15.0)
 
-class FeedError(Exception):
-    """The feed could not be read: unreachable, an HTTP error, or not a feed."""
+__all__ = ["CHECK_RETRY", "FeedClient", "FeedError", "FeedItem", "FeedPage", "parse_item"]
 
 
 @dataclass(frozen=True)
@@ -39,16 +48,6 @@ class FeedPage:
     prev_offset: str | None = None
 
 
-def _error_description(response: requests.Response) -> str:
-    """The ``description`` of an openprocurement JSON error body, if any."""
-    try:
-        body = response.json()
-        errors = body.get("errors") or []
-        return "; ".join(str(error.get("description", error)) for error in errors)[:200]
-    except (ValueError, AttributeError):
-        return response.reason or ""
-
-
 def parse_item(raw: Any, url: str, need_stamp: bool = True) -> FeedItem:
     """A :class:`FeedItem` from a JSON item; :class:`FeedError` when it is not one."""
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
@@ -56,8 +55,7 @@ def parse_item(raw: Any, url: str, need_stamp: bool = True) -> FeedItem:
     stamp = raw.get(PUBLIC_MODIFIED)
     if stamp is None and need_stamp:
         raise FeedError(
-            f"{url}: feed items lack 'public_modified' "
-            "(the feed does not offer opt_fields=public_modified)"
+            f"{url}: feed items lack 'public_modified' (the feed does not offer opt_fields=public_modified)"
         )
     try:
         value = float(stamp) if stamp is not None else 0.0
@@ -67,75 +65,53 @@ def parse_item(raw: Any, url: str, need_stamp: bool = True) -> FeedItem:
 
 
 class FeedClient:
-    """Fetches pages of the feed at ``url``.
+    """Fetches pages of the feed at ``url``, ``public_modified`` on every item.
 
     The URL's own query parameters (``mode=test`` for instance) are kept on
-    every request (``mode`` overrides the URL's); ``offset``, ``descending``, ``limit`` and ``opt_fields``
-    are set by the client, ``public_modified`` always among the opt_fields.
+    every request (``mode`` given here overrides the URL's); ``offset``,
+    ``descending`` and ``limit`` are set by the client, ``public_modified``
+    always among the ``opt_fields``.
+
+    :param retry: how hard to try one page (:data:`CHECK_RETRY` by default).
+    :param sleep: how to wait between attempts.
     """
 
     def __init__(
-        self, url: str, limit: int = 100, timeout: float = 10.0,
-        session: requests.Session | None = None, mode: str | None = None,
+        self,
+        url: str,
+        limit: int = 100,
+        timeout: float = 10.0,
+        session: requests.Session | None = None,
+        mode: str | None = None,
+        retry: RetryPolicy = CHECK_RETRY,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        parts = urlsplit(url)
-        self.url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        fields = {name for name in query.get("opt_fields", "").split(",") if name}
-        fields.add(PUBLIC_MODIFIED)
-        self.base_params = {key: value for key, value in query.items() if key not in OWN_PARAMS}
-        self.base_params["opt_fields"] = ",".join(sorted(fields))
-        if mode is not None:
-            self.base_params["mode"] = mode
+        identity, _ = split_feed_url(url)
+        self.http = FeedHTTP(
+            url,
+            mode=mode,
+            opt_fields={*identity.opt_fields, PUBLIC_MODIFIED},
+            limit=limit,
+            session=session,
+            timeout=timeout,
+            retry=retry,
+            sleep=sleep,
+        )
+        self.url = self.http.identity.url
         self.limit = limit
         self.timeout = timeout
-        self.http = session or requests.Session()
-
-    def params(self, offset: str | None, descending: bool) -> dict[str, str]:
-        """The query parameters of one request."""
-        params = dict(self.base_params, limit=str(self.limit))
-        if descending:
-            params["descending"] = "1"
-        if offset:
-            params["offset"] = offset
-        return params
 
     def page(self, offset: str | None = None, descending: bool = False) -> FeedPage:
         """The page after ``offset`` (from the start without one)."""
         try:
-            response = self.http.get(
-                self.url, params=self.params(offset, descending), timeout=self.timeout
-            )
-        except requests.Timeout:
-            raise FeedError(f"cannot reach {self.url}: no answer within {self.timeout:g} s") from None
-        except requests.ConnectionError:
-            raise FeedError(f"cannot reach {self.url}: the connection failed (refused or unknown host)") from None
-        except requests.RequestException as error:
-            raise FeedError(f"cannot reach {self.url}: {type(error).__name__}: {error}") from None
-        if response.status_code != 200:
-            detail = _error_description(response)
+            page = self.http.fetch(offset, descending)
+        except FeedUnavailable as error:
             raise FeedError(
-                f"{self.url} answered HTTP {response.status_code}" + (f": {detail}" if detail else "")
-            )
-        try:
-            body = response.json()
-        except ValueError:
-            raise FeedError(f"{self.url} did not answer with a feed: the body is not JSON") from None
-        return self.parse_body(body)
-
-    def parse_body(self, body: Mapping[str, Any] | Any) -> FeedPage:
-        """Check a JSON body and read it as a :class:`FeedPage`."""
-        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-            raise FeedError(f"{self.url} did not answer with a feed: no 'data' list")
-        next_page = body.get("next_page")
-        if not isinstance(next_page, dict) or not isinstance(next_page.get("offset"), (str, int, float)):
-            raise FeedError(f"{self.url} did not answer with a feed: no 'next_page' offset")
-        prev_page = body.get("prev_page")
-        prev_offset = None
-        if isinstance(prev_page, dict) and prev_page.get("offset") not in (None, ""):
-            prev_offset = str(prev_page["offset"])
-        items = tuple(parse_item(raw, self.url) for raw in body["data"])
-        return FeedPage(items, str(next_page["offset"]), prev_offset)
+                f"cannot reach {self.url}: {error.last_error} "
+                f"(gave up after {error.attempts} attempt(s) over {error.elapsed:.1f} s)"
+            ) from None
+        items = tuple(parse_item(raw, self.url) for raw in page.items)
+        return FeedPage(items, page.next_offset, page.prev_offset or None)
 
     def close(self) -> None:
         """Close the HTTP connections."""

@@ -1,5 +1,6 @@
 """The experiment's load: sample tenders created in parallel and writers that
 log every acknowledged patch (for the feed delay)."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +13,12 @@ class LoggingWriter(PatchWriter):
     ``acks``: ``(id, dateModified, ack_time)`` of every patch the API accepted."""
 
     def __init__(
-        self, base_url: str, ids: list[str], rate: float = 0.0,
-        seed: int | None = None, name: str = "writer",
+        self,
+        base_url: str,
+        ids: list[str],
+        rate: float = 0.0,
+        seed: int | None = None,
+        name: str = "writer",
     ) -> None:
         super().__init__(base_url, ids, rate=rate, seed=seed, name=name)
         self.acks: list[tuple[str, str, float]] = []
@@ -31,8 +36,8 @@ def create_many(api_url: str, count: int, large: bool, workers: int = 8, seed: i
     shares = [count // workers + (1 if number < count % workers else 0) for number in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
-            pool.submit(create_tenders, api_url, share, large,
-                        None if seed is None else seed * 1000 + number)
-            for number, share in enumerate(shares) if share
+            pool.submit(create_tenders, api_url, share, large, None if seed is None else seed * 1000 + number)
+            for number, share in enumerate(shares)
+            if share
         ]
         return [tender_id for future in futures for tender_id in future.result()]

@@ -1,9 +1,10 @@
 """Text output of the race experiment and of the feed checker."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Sequence
 
 from .detector import CheckResult, DetectorStats
 from .experiment import RunResult
@@ -55,16 +56,20 @@ def race_table(results: Sequence[RunResult]) -> str:
         ("write conflicts (retried)", [str(result.write_conflicts) for result in results]),
     ]
     if any(result.hot for result in results):
-        rows.append((
-            "longest invisible while written (s)",
-            ["-" if result.longest_invisible_s is None else f"{result.longest_invisible_s:.2f}"
-             for result in results],
-        ))
+        rows.append(
+            (
+                "longest invisible while written (s)",
+                [
+                    "-" if result.longest_invisible_s is None else f"{result.longest_invisible_s:.2f}"
+                    for result in results
+                ],
+            )
+        )
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(values[column]) for _, values in rows) for column in range(len(results))]
     lines = []
     for label, values in rows:
-        cells = "  ".join(value.rjust(width) for value, width in zip(values, widths))
+        cells = "  ".join(value.rjust(width) for value, width in zip(values, widths, strict=False))
         lines.append(f"{label.ljust(label_width)}  {cells}".rstrip())
     return "\n".join(lines)
 
@@ -100,27 +105,19 @@ def format_anomaly(result: CheckResult) -> str:
             lines.append(f"    … {len(snapshot) - SHOWN_SNAPSHOT_ITEMS - 1} more")
         lines.append(f"    {_stamp(snapshot[-1].public_modified)} {snapshot[-1].id}  <- oldest")
     lines.append("  late arrivals (committed behind the newest after the snapshot):")
-    for item, lag in zip(result.late, result.lags_ms):
+    for item, lag in zip(result.late, result.lags_ms, strict=False):
         kind = "  (a newer version of a snapshot item)" if result.is_rewrite(item) else ""
-        lines.append(
-            f"    >>> {_stamp(item.public_modified)} {item.id}  {lag:g} ms older than the newest{kind}"
-        )
+        lines.append(f"    >>> {_stamp(item.public_modified)} {item.id}  {lag:g} ms older than the newest{kind}")
     return "\n".join(lines)
 
 
 def check_summary(stats: DetectorStats, duration: float, empty: int = 0) -> str:
     """One line: checks, failures, lags (``empty``: snapshots that had no items)."""
     percent = 100.0 * stats.failures / stats.checks if stats.checks else 0.0
-    text = (
-        f"{stats.checks} checks in {duration:.1f} s: {stats.failures} with late arrivals "
-        f"({percent:.2f} %)"
-    )
+    text = f"{stats.checks} checks in {duration:.1f} s: {stats.failures} with late arrivals ({percent:.2f} %)"
     if stats.lags_ms:
         lags = stats.lags_ms
-        text += (
-            f"; lags min {min(lags):g} ms, max {max(lags):g} ms, "
-            f"mean {sum(lags) / len(lags):.1f} ms"
-        )
+        text += f"; lags min {min(lags):g} ms, max {max(lags):g} ms, mean {sum(lags) / len(lags):.1f} ms"
     if empty:
         text += f"; {empty} empty snapshot{'s' if empty != 1 else ''} (nothing to check)"
     return text

@@ -6,6 +6,7 @@ process: the race experiment's commit-order run uses it so that the
 sequencer does not share an interpreter (and its lock) with the web server,
 the writers and the crawlers it is measured against.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ class SequencerWorker:
         self._log: IO[bytes] | None = None
         self.summary = ""
 
-    def start(self) -> "SequencerWorker":
+    def start(self) -> SequencerWorker:
         """Start the worker process."""
         ini = os.path.join(self._dir, "sequencer.ini")
         with open(ini, "w", encoding="utf-8") as handle:
@@ -46,15 +47,16 @@ class SequencerWorker:
                 f"mongodb.uri = {self.uri}\nmongodb.db_name = {self.db_name}\n"
                 "feed.order = commit\n"
             )
-        self._log = open(os.path.join(self._dir, "sequencer.log"), "w+b")
+        self._log = open(os.path.join(self._dir, "sequencer.log"), "w+b")  # noqa: SIM115 - open until stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "openprocurement_feed.cli", "sequence", ini,
-             "--progress-every", "3600"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "openprocurement_feed.cli", "sequence", ini, "--progress-every", "3600"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         return self
 
-    def wait_ready(self, db: Database, timeout: float = 30.0) -> bool:
+    def wait_ready(self, db: Database[Any], timeout: float = 30.0) -> bool:
         """Wait for the worker's first checkpoint; False on time-out or exit."""
         positions = db[positions_name(self.collection)]
         deadline = time.monotonic() + timeout

@@ -1,0 +1,80 @@
+"""The sequencer when its database is out of reach: the follower counts a
+restart and waits instead of dying, the owner reports it not ready; and the
+small helpers it keys and batches events with."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from pymongo import MongoClient
+
+from openprocurement_feed.embedded import free_port
+from openprocurement_feed.sequencer import Sequencer, _buffered, _chunks, _hashable
+
+
+def unreachable_db() -> Any:
+    """A database on a loopback port nothing listens on, failing fast."""
+    client: MongoClient[Any] = MongoClient(
+        f"mongodb://127.0.0.1:{free_port()}/", serverSelectionTimeoutMS=100, connectTimeoutMS=100
+    )
+    return client, client["feed_test"]
+
+
+def test_a_follower_retries_a_database_it_cannot_reach() -> None:
+    client, db = unreachable_db()
+    sequencer = Sequencer(db, {"tenders": ()})
+    (follower,) = sequencer.followers
+    stopping = threading.Event()
+    thread = threading.Thread(target=follower.run, args=(stopping, 0.05), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while follower.stats.restarts < 2:
+        assert time.monotonic() < deadline, "the follower never retried"
+        time.sleep(0.05)
+    stopping.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and follower.stats.checkpoint is None
+    client.close()
+
+
+def test_the_owner_is_not_ready_while_its_followers_cannot_start() -> None:
+    client, db = unreachable_db()
+    sequencer = Sequencer(db, {"tenders": ()}, observed=["plans", "tenders"])
+    assert [follower.observe for follower in sequencer.followers] == [False, True]  # tenders is not observed twice
+    assert not sequencer.alive
+    sequencer.start()
+    try:
+        assert sequencer.alive
+        polls: list[float] = []
+        assert sequencer.wait_ready(timeout=0.3, poll=polls.append) is False
+        assert polls and sequencer.errors == []
+    finally:
+        sequencer.stop()
+        client.close()
+    assert not sequencer.alive
+
+
+def test_a_failed_follower_ends_the_wait_for_readiness() -> None:
+    client, db = unreachable_db()
+    sequencer = Sequencer(db, {"tenders": ()})
+    sequencer.errors.append(RuntimeError("the positions collection is damaged"))
+    started = time.monotonic()
+    assert sequencer.wait_ready(timeout=30) is False
+    assert time.monotonic() - started < 5
+    client.close()
+
+
+def test_event_keys_and_batches() -> None:
+    assert _hashable("a") == "a" and _hashable(7) == 7
+    assert _hashable({"x": [1]}) == "{'x': [1]}"  # an unhashable _id still keys a dict
+    assert list(_chunks(({"n": n} for n in range(5)), 2)) == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 3}], [{"n": 4}]]
+    assert list(_chunks([], 3)) == []
+    assert _buffered(object()) is None  # a driver that does not say
+
+
+def test_buffered_counts_what_the_driver_holds(mongo_client: MongoClient[Any], db_name: str) -> None:
+    """Read off a real change stream of the test server."""
+    with mongo_client[db_name]["tenders"].watch() as stream:
+        assert _buffered(stream) == 0
