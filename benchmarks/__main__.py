@@ -11,12 +11,13 @@ patch rate the demo API reaches with real-shaped documents). Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer`` and ``metrics`` run
 (``make bench``); ``make load`` runs ``load``.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
@@ -33,47 +34,85 @@ def document_count(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__,
+        prog="python -m benchmarks",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("part", nargs="?", choices=("all",) + PARTS + ("load", "demo-rate"), default="all",
-                        help="what to measure (default: every part but load)")
-    parser.add_argument("--docs", type=document_count, default=3000,
-                        help="sample tenders for cost, plans, sync, metrics and the sequencer's "
-                             "page cost (default: %(default)s)")
-    parser.add_argument("--repeat", type=positive_int, default=30,
-                        help="timed runs per way and page size for cost, metrics (batches) and "
-                             "the sequencer's page cost (default: %(default)s)")
-    parser.add_argument("--profile", action="store_true",
-                        help="cost: also print a cProfile of the in-process requests")
-    parser.add_argument("--iterations", type=positive_int, default=20,
-                        help="cost: calls per CPU loop (total process CPU / count) "
-                             "(default: %(default)s)")
-    parser.add_argument("--rounds", type=positive_int, default=3,
-                        help="cost: interleaved CPU loops per way, the median is reported "
-                             "(default: %(default)s)")
+    parser.add_argument(
+        "part",
+        nargs="?",
+        choices=("all",) + PARTS + ("load", "demo-rate"),
+        default="all",
+        help="what to measure (default: every part but load)",
+    )
+    parser.add_argument(
+        "--docs",
+        type=document_count,
+        default=3000,
+        help="sample tenders for cost, plans, sync, metrics and the sequencer's page cost (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=30,
+        help="timed runs per way and page size for cost, metrics (batches) and "
+        "the sequencer's page cost (default: %(default)s)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cost: also print a cProfile of the in-process requests")
+    parser.add_argument(
+        "--iterations",
+        type=positive_int,
+        default=20,
+        help="cost: calls per CPU loop (total process CPU / count) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        help="cost: interleaved CPU loops per way, the median is reported (default: %(default)s)",
+    )
     sequencer = parser.add_argument_group("sequencer")
-    sequencer.add_argument("--write-seconds", type=positive_float, default=6.0,
-                           help="seconds of writes for the throughput and delay figures "
-                                "(default: %(default)s)")
-    sequencer.add_argument("--catch-up", type=positive_int, default=2000, metavar="N",
-                           help="tenders written while the sequencer is stopped "
-                                "(default: %(default)s)")
-    sequencer.add_argument("--delay-rate", type=positive_float, default=70.0, metavar="RATE",
-                           help="patches per second of the delay figure (default: %(default)s)")
+    sequencer.add_argument(
+        "--write-seconds",
+        type=positive_float,
+        default=6.0,
+        help="seconds of writes for the throughput and delay figures (default: %(default)s)",
+    )
+    sequencer.add_argument(
+        "--catch-up",
+        type=positive_int,
+        default=2000,
+        metavar="N",
+        help="tenders written while the sequencer is stopped (default: %(default)s)",
+    )
+    sequencer.add_argument(
+        "--delay-rate",
+        type=positive_float,
+        default=70.0,
+        metavar="RATE",
+        help="patches per second of the delay figure (default: %(default)s)",
+    )
     demo = parser.add_argument_group("demo-rate")
-    demo.add_argument("--patch-rate", type=positive_float, default=60.0, metavar="RATE",
-                      help="patches per second asked of the demo (default: %(default)s; "
-                           "--write-seconds per case)")
+    demo.add_argument(
+        "--patch-rate",
+        type=positive_float,
+        default=60.0,
+        metavar="RATE",
+        help="patches per second asked of the demo (default: %(default)s; --write-seconds per case)",
+    )
     load = parser.add_argument_group("load")
-    load.add_argument("--duration", type=positive_float, default=60.0,
-                      help="seconds of load (default: %(default)s)")
+    load.add_argument("--duration", type=positive_float, default=60.0, help="seconds of load (default: %(default)s)")
     load.add_argument("--crawlers", type=positive_int, default=4, help="crawlers (default: %(default)s)")
     load.add_argument("--writers", type=positive_int, default=4, help="writers (default: %(default)s)")
-    load.add_argument("--tenders", type=positive_int, default=100,
-                      help="tenders created before the load (default: %(default)s)")
-    load.add_argument("--write-rate", type=non_negative_float, default=0.0,
-                      help="writes per second per writer, 0 = as fast as answered (default: %(default)s)")
+    load.add_argument(
+        "--tenders", type=positive_int, default=100, help="tenders created before the load (default: %(default)s)"
+    )
+    load.add_argument(
+        "--write-rate",
+        type=non_negative_float,
+        default=0.0,
+        help="writes per second per writer, 0 = as fast as answered (default: %(default)s)",
+    )
     return parser
 
 
@@ -95,8 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if part == "cost":
             from . import feed_cost
 
-            feed_cost.run(docs=args.docs, repeat=args.repeat, profile=args.profile,
-                          iterations=args.iterations, rounds=args.rounds)
+            feed_cost.run(
+                docs=args.docs, repeat=args.repeat, profile=args.profile, iterations=args.iterations, rounds=args.rounds
+            )
         elif part == "plans":
             from . import plans
 
@@ -108,8 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif part == "sequencer":
             from . import sequencer
 
-            sequencer.run(seconds=args.write_seconds, catch_up_count=args.catch_up,
-                          rate=args.delay_rate, docs=args.docs, repeat=args.repeat)
+            sequencer.run(
+                seconds=args.write_seconds,
+                catch_up_count=args.catch_up,
+                rate=args.delay_rate,
+                docs=args.docs,
+                repeat=args.repeat,
+            )
         elif part == "metrics":
             from . import metrics_cost
 

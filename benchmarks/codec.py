@@ -1,8 +1,9 @@
 """Throughput of the offset codec: offsets parsed and composed per second."""
+
 from __future__ import annotations
 
 import timeit
-from typing import Callable
+from collections.abc import Callable
 
 from openprocurement_feed.offset import InvalidOffset, compose_offset, parse_offset
 

@@ -1,4 +1,5 @@
 """Helpers shared by the benchmarks: sample data, timing and tables."""
+
 from __future__ import annotations
 
 import random
@@ -6,8 +7,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pymongo.collection import Collection
 
@@ -18,9 +20,7 @@ from openprocurement_feed.demo.load import sample_tender
 BASE_STAMP = 1_700_000_000.0
 
 
-def seed_tenders(
-    collection: Collection, count: int, seed: int = 1, owners: int = 7, ties_every: int = 10
-) -> None:
+def seed_tenders(collection: Collection, count: int, seed: int = 1, owners: int = 7, ties_every: int = 10) -> None:
     """Insert ``count`` realistic tenders as the store would have stamped them.
 
     One in ten is a test tender, one in twenty a draft (hidden); every

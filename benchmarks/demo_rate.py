@@ -8,6 +8,7 @@ tenders (one item, as the race experiment's) and real-shaped ones
 (:mod:`openprocurement_feed.demo.documents`), each over a smaller and a
 larger collection — what ``openprocurement-feed run --rate`` can get.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,11 @@ CASES = (("small", 100), ("small", 300), ("real-shaped", 100), ("real-shaped", 3
 
 def measure(kind: str, count: int, rate: float, seconds: float, writers: int) -> tuple[float, int, int]:
     """Patches per second achieved, errors and transaction retries."""
-    settings = {"mongodb.uri": "embedded://", "mongodb.db_name": "demo_rate",
-                "demo.write_delay_ms": "-".join(map(str, WRITE_DELAY))}
+    settings = {
+        "mongodb.uri": "embedded://",
+        "mongodb.db_name": "demo_rate",
+        "demo.write_delay_ms": "-".join(map(str, WRITE_DELAY)),
+    }
     with DemoServer(settings, threads=2 * writers + 4) as server:
         api = server.api_url
         if kind == "small":
@@ -61,6 +65,8 @@ def run(rate: float = 60.0, seconds: float = 10.0) -> None:
         status(f"demo rate: {count} {kind} tenders, {writers} writers at {rate:g}/s")
         achieved, errors, retries = measure(kind, count, rate, seconds, writers)
         rows.append((f"{count} {kind} tenders", writers, f"{rate:g}", f"{achieved:.1f}", errors, retries))
-    print(f"Demo API patch rate ({seconds:g} s per case, writes held open "
-          f"{WRITE_DELAY[0]}-{WRITE_DELAY[1]} ms, embedded database):")
+    print(
+        f"Demo API patch rate ({seconds:g} s per case, writes held open "
+        f"{WRITE_DELAY[0]}-{WRITE_DELAY[1]} ms, embedded database):"
+    )
     print(table(("case", "writers", "asked/s", "achieved/s", "errors", "retries"), rows))

@@ -23,14 +23,16 @@ returned as a constant by a bare Pyramid view with Pyramid's stock ``json``
 renderer, through WebTest: what any Pyramid view with that body costs. ``--profile`` prints
 where the page's CPU goes (cProfile, by own time and by cumulative time).
 """
+
 from __future__ import annotations
 
 import cProfile
 import io
 import pstats
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import requests
 from pymongo import MongoClient, monitoring
@@ -110,7 +112,9 @@ def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
     original = registry.feed_store
     settings = registry.feed_settings
     registry.feed_store = FeedStore(
-        client, settings.db_name, watermark_seconds=settings.watermark_seconds,
+        client,
+        settings.db_name,
+        watermark_seconds=settings.watermark_seconds,
         max_limit=settings.max_limit,
     )
     try:
@@ -122,8 +126,7 @@ def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
     return recorder.finds
 
 
-def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]],
-             whole_batches: bool = False) -> list[dict[str, Any]]:
+def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]], whole_batches: bool = False) -> list[dict[str, Any]]:
     """Run the captured queries with plain pymongo; the rows of the last.
 
     ``list(cursor)`` by default; ``whole_batches``: ``cursor.to_list()``
@@ -133,8 +136,10 @@ def raw_page(client: MongoClient, finds: Sequence[dict[str, Any]],
     for find in finds:
         collection = client[DB_NAME][find["find"]]
         cursor = collection.find(
-            find.get("filter", {}), find.get("projection"),
-            sort=list(find.get("sort", {}).items()) or None, limit=find.get("limit", 0),
+            find.get("filter", {}),
+            find.get("projection"),
+            sort=list(find.get("sort", {}).items()) or None,
+            limit=find.get("limit", 0),
         )
         rows = cursor.to_list() if whole_batches and hasattr(cursor, "to_list") else list(cursor)
     return rows
@@ -149,8 +154,7 @@ def cpu_per_call(call: Any, iterations: int) -> tuple[float, float]:
     process, thread = time.process_time(), time.thread_time()
     for _ in range(iterations):
         call()
-    return ((time.process_time() - process) / iterations,
-            (time.thread_time() - thread) / iterations)
+    return ((time.process_time() - process) / iterations, (time.thread_time() - thread) / iterations)
 
 
 def floor_app(body: dict[str, Any], renderer: str) -> Any:
@@ -164,8 +168,14 @@ def floor_app(body: dict[str, Any], renderer: str) -> Any:
     return TestApp(config.make_wsgi_app())
 
 
-def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 1000),
-            profile: bool = False, iterations: int = 20, rounds: int = 3) -> list[CostRow]:
+def measure(
+    docs: int = 3000,
+    repeat: int = 30,
+    limits: Sequence[int] = (100, 1000),
+    profile: bool = False,
+    iterations: int = 20,
+    rounds: int = 3,
+) -> list[CostRow]:
     """Time each page ``repeat`` times per way, measure the CPU per page over
     ``rounds`` loops of ``iterations`` calls per way; print the profile if
     asked."""
@@ -217,12 +227,22 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
                         process_seconds, thread_seconds = cpu_per_call(call, iterations)
                         cpu[name].append(process_seconds)
                         thread[name].append(thread_seconds)
-                rows.append(CostRow(
-                    limit, items, median_ms(raw), median_ms(inproc), median_ms(wire),
-                    median_ms(cpu["raw"]), median_ms(cpu["page"]), median_ms(cpu["floor"]),
-                    median_ms(cpu["batches"]), median_ms(thread["raw"]),
-                    median_ms(thread["page"]), median_ms(thread["floor"]),
-                ))
+                rows.append(
+                    CostRow(
+                        limit,
+                        items,
+                        median_ms(raw),
+                        median_ms(inproc),
+                        median_ms(wire),
+                        median_ms(cpu["raw"]),
+                        median_ms(cpu["page"]),
+                        median_ms(cpu["floor"]),
+                        median_ms(cpu["batches"]),
+                        median_ms(thread["raw"]),
+                        median_ms(thread["page"]),
+                        median_ms(thread["floor"]),
+                    )
+                )
                 if profile:
                     print_profile(app, path, iterations, limit)
         finally:
@@ -245,40 +265,64 @@ def print_profile(app: Any, path: str, repeat: int, limit: int) -> None:
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(25)
     stats.sort_stats("cumulative").print_stats(30)
-    print(f"\nProfile of {repeat} TestApp requests, limit={limit} "
-          "(sorted by own time, then by cumulative time):")
+    print(f"\nProfile of {repeat} TestApp requests, limit={limit} (sorted by own time, then by cumulative time):")
     print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
 
 
-def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20,
-           rounds: int = 3) -> str:
+def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20, rounds: int = 3) -> str:
     """The figures as tables: wall time with ratios, then client-side CPU."""
     cpu = table(
-        ["limit", "items", "raw driver CPU ms", "raw to_list CPU ms", "page CPU ms",
-         "extension CPU ms", "ext. vs to_list ms", "Pyramid floor CPU ms"],
         [
-            [row.limit, row.items, f"{row.raw_cpu_ms:.3f}", f"{row.raw_batches_cpu_ms:.3f}",
-             f"{row.testapp_cpu_ms:.3f}", f"{row.extension_cpu_ms:.3f}",
-             f"{row.extension_vs_batches_cpu_ms:.3f}", f"{row.floor_cpu_ms:.3f}"]
+            "limit",
+            "items",
+            "raw driver CPU ms",
+            "raw to_list CPU ms",
+            "page CPU ms",
+            "extension CPU ms",
+            "ext. vs to_list ms",
+            "Pyramid floor CPU ms",
+        ],
+        [
+            [
+                row.limit,
+                row.items,
+                f"{row.raw_cpu_ms:.3f}",
+                f"{row.raw_batches_cpu_ms:.3f}",
+                f"{row.testapp_cpu_ms:.3f}",
+                f"{row.extension_cpu_ms:.3f}",
+                f"{row.extension_vs_batches_cpu_ms:.3f}",
+                f"{row.floor_cpu_ms:.3f}",
+            ]
             for row in rows
         ],
     )
     by_thread = table(
-        ["limit", "items", "raw driver CPU ms", "page CPU ms", "extension CPU ms",
-         "Pyramid floor CPU ms"],
+        ["limit", "items", "raw driver CPU ms", "page CPU ms", "extension CPU ms", "Pyramid floor CPU ms"],
         [
-            [row.limit, row.items, f"{row.raw_thread_ms:.3f}", f"{row.testapp_thread_ms:.3f}",
-             f"{row.testapp_thread_ms - row.raw_thread_ms:.3f}", f"{row.floor_thread_ms:.3f}"]
+            [
+                row.limit,
+                row.items,
+                f"{row.raw_thread_ms:.3f}",
+                f"{row.testapp_thread_ms:.3f}",
+                f"{row.testapp_thread_ms - row.raw_thread_ms:.3f}",
+                f"{row.floor_thread_ms:.3f}",
+            ]
             for row in rows
         ],
     )
     body = table(
-        ["limit", "items", "raw pymongo ms", "TestApp ms", "ratio", "waitress ms", "ratio",
-         "extension ms"],
+        ["limit", "items", "raw pymongo ms", "TestApp ms", "ratio", "waitress ms", "ratio", "extension ms"],
         [
-            [row.limit, row.items, f"{row.raw_ms:.2f}", f"{row.testapp_ms:.2f}",
-             f"{row.testapp_ratio:.3f}", f"{row.http_ms:.2f}", f"{row.http_ratio:.3f}",
-             f"{row.testapp_ms - row.raw_ms:+.2f}"]
+            [
+                row.limit,
+                row.items,
+                f"{row.raw_ms:.2f}",
+                f"{row.testapp_ms:.2f}",
+                f"{row.testapp_ratio:.3f}",
+                f"{row.http_ms:.2f}",
+                f"{row.http_ratio:.3f}",
+                f"{row.testapp_ms - row.raw_ms:+.2f}",
+            ]
             for row in rows
         ],
     )
@@ -302,9 +346,7 @@ def report(rows: Sequence[CostRow], docs: int, repeat: int, iterations: int = 20
     )
 
 
-def run(docs: int = 3000, repeat: int = 30, profile: bool = False, iterations: int = 20,
-        rounds: int = 3) -> None:
+def run(docs: int = 3000, repeat: int = 30, profile: bool = False, iterations: int = 20, rounds: int = 3) -> None:
     """Measure and print."""
-    rows = measure(docs=docs, repeat=repeat, profile=profile, iterations=iterations,
-                   rounds=rounds)
+    rows = measure(docs=docs, repeat=repeat, profile=profile, iterations=iterations, rounds=rounds)
     print(report(rows, docs, repeat, iterations, rounds))

@@ -10,14 +10,15 @@ it holds every public tender at its latest version.
 ``python -m benchmarks load --duration 60`` prints requests/s, errors and the
 latency of feed pages; ``tests/test_load.py`` runs a short version.
 """
+
 from __future__ import annotations
 
 import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import requests
 from pymongo import MongoClient
@@ -50,8 +51,7 @@ class Tally:
 class Writer(threading.Thread):
     """Creates (one in ``create_every``) and patches its own tenders."""
 
-    def __init__(self, api_url: str, ids: list[str], seed: int, rate: float = 0.0,
-                 create_every: int = 5) -> None:
+    def __init__(self, api_url: str, ids: list[str], seed: int, rate: float = 0.0, create_every: int = 5) -> None:
         super().__init__(name=f"load-writer-{seed}", daemon=True)
         self.api_url = api_url
         self.ids = list(ids)
@@ -65,9 +65,7 @@ class Writer(threading.Thread):
         started = time.perf_counter()
         try:
             if number % self.create_every == 0:
-                response = http.post(
-                    f"{self.api_url}/tenders", json={"data": sample_tender(self.rng)}, timeout=30
-                )
+                response = http.post(f"{self.api_url}/tenders", json={"data": sample_tender(self.rng)}, timeout=30)
                 expected = 201
             else:
                 tender_id = self.rng.choice(self.ids)
@@ -229,7 +227,7 @@ def run_load(
             ids = create_tenders(server.api_url, tenders, seed=1)
             share = max(1, len(ids) // max(1, writers))
             writer_threads = [
-                Writer(server.api_url, ids[n * share:(n + 1) * share] or ids, seed=n, rate=write_rate)
+                Writer(server.api_url, ids[n * share : (n + 1) * share] or ids, seed=n, rate=write_rate)
                 for n in range(writers)
             ]
             crawler_threads = [Crawler(server.api_url, f"load-crawler-{n}") for n in range(crawlers)]
@@ -260,9 +258,7 @@ def run_load(
             try:
                 expected = {
                     doc["_id"]: doc["dateModified"]
-                    for doc in client[DB_NAME].tenders.find(
-                        {"is_public": True, "is_test": False}, {"dateModified": 1}
-                    )
+                    for doc in client[DB_NAME].tenders.find({"is_public": True, "is_test": False}, {"dateModified": 1})
                 }
             finally:
                 client.close()
@@ -284,12 +280,22 @@ def format_result(result: LoadResult) -> str:
     write_count = sum(t.requests for t in result.writers)
     feed_count = sum(c.tally.requests for c in result.crawlers)
     rows = [
-        ["feed pages", feed_count, f"{feed_count / result.duration:.1f}",
-         f"{percentile(feed, 0.5) * 1000:.1f}", f"{percentile(feed, 0.99) * 1000:.1f}",
-         sum(c.tally.errors for c in result.crawlers)],
-        ["writes", write_count, f"{write_count / result.duration:.1f}",
-         f"{percentile(writes, 0.5) * 1000:.1f}", f"{percentile(writes, 0.99) * 1000:.1f}",
-         sum(t.errors for t in result.writers)],
+        [
+            "feed pages",
+            feed_count,
+            f"{feed_count / result.duration:.1f}",
+            f"{percentile(feed, 0.5) * 1000:.1f}",
+            f"{percentile(feed, 0.99) * 1000:.1f}",
+            sum(c.tally.errors for c in result.crawlers),
+        ],
+        [
+            "writes",
+            write_count,
+            f"{write_count / result.duration:.1f}",
+            f"{percentile(writes, 0.5) * 1000:.1f}",
+            f"{percentile(writes, 0.99) * 1000:.1f}",
+            sum(t.errors for t in result.writers),
+        ],
         ["all", result.requests, f"{result.requests / result.duration:.1f}", "", "", result.errors],
     ]
     lines = [
@@ -306,8 +312,9 @@ def format_result(result: LoadResult) -> str:
     return "\n".join(lines)
 
 
-def run(duration: float = 60.0, crawlers: int = 4, writers: int = 4, tenders: int = 100,
-        write_rate: float = 0.0) -> int:
+def run(
+    duration: float = 60.0, crawlers: int = 4, writers: int = 4, tenders: int = 100, write_rate: float = 0.0
+) -> int:
     """Run, print, and return 0 when there was no error and every crawler is complete."""
     result = run_load(duration, crawlers, writers, tenders, write_rate)
     print(format_result(result))

@@ -19,6 +19,7 @@ handler that returns at once, for a feed request and for any other request;
 multi-process mode (a subprocess with ``PROMETHEUS_MULTIPROC_DIR``: values
 written to memory-mapped files); one scrape of the metrics path.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ import sys
 import tempfile
 import textwrap
 import timeit
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from openprocurement_feed.demo import main
 from openprocurement_feed.embedded import EmbeddedServer
@@ -112,7 +114,10 @@ def observe_cost_multiprocess() -> float | None:
         result = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(MULTIPROCESS_PROBE.format(calls=OBSERVE_CALLS))],
             env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": folder},
-            capture_output=True, text=True, timeout=300, check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
     if result.returncode != 0:
         status(f"metrics cost: the multi-process probe failed: {result.stderr.strip()}")
@@ -156,8 +161,9 @@ class PieceCosts:
     scrape_bytes: int
 
 
-def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 1000)
-            ) -> tuple[list[MetricsCostRow], PieceCosts]:
+def measure(
+    docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 1000)
+) -> tuple[list[MetricsCostRow], PieceCosts]:
     """Time every request ``repeat`` batches of :data:`BATCH` per way."""
     from pymongo import MongoClient
     from webtest import TestApp
@@ -180,22 +186,30 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
                 path = off.get(f"/api/2.5/tenders?limit={limit}").json["next_page"]["path"]
                 assert on.get(path).json == off.get(path).json
                 status(f"metrics cost: limit={limit}, {repeat} batches of {BATCH} pages each way")
-                rows.append(compare(
-                    lambda: off.get(path), lambda: on.get(path), repeat,
-                    f"feed page, limit={limit}",
-                ))
+                rows.append(
+                    compare(
+                        lambda: off.get(path),
+                        lambda: on.get(path),
+                        repeat,
+                        f"feed page, limit={limit}",
+                    )
+                )
             status(f"metrics cost: a non-feed request, {repeat} batches of {BATCH} each way")
-            rows.append(compare(
-                lambda: off.get("/not-a-feed", status=404),
-                lambda: on.get("/not-a-feed", status=404),
-                repeat, "not a feed (404, no route)",
-            ))
+            rows.append(
+                compare(
+                    lambda: off.get("/not-a-feed", status=404),
+                    lambda: on.get("/not-a-feed", status=404),
+                    repeat,
+                    "not a feed (404, no route)",
+                )
+            )
             metrics = on.app.registry.feed_metrics
             tween_feed = tween_cost(on.app.registry, feed=True)
             tween_other = tween_cost(on.app.registry, feed=False)
-            observe = timeit.timeit(
-                lambda: metrics.observe_page("tenders", 200, 0.004, 100), number=OBSERVE_CALLS
-            ) / OBSERVE_CALLS
+            observe = (
+                timeit.timeit(lambda: metrics.observe_page("tenders", 200, 0.004, 100), number=OBSERVE_CALLS)
+                / OBSERVE_CALLS
+            )
             scrapes = [wall_and_cpu(lambda: on.get(METRICS_PATH))[0] for _ in range(repeat)]
             size = len(on.get(METRICS_PATH).body)
         finally:
@@ -205,8 +219,12 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
     status("metrics cost: observe_page in multi-process mode")
     multiprocess = observe_cost_multiprocess()
     pieces = PieceCosts(
-        tween_feed * 1e6, tween_other * 1e6, observe * 1e6, multiprocess * 1e6 if multiprocess is not None else None,
-        median_ms(scrapes), size,
+        tween_feed * 1e6,
+        tween_other * 1e6,
+        observe * 1e6,
+        multiprocess * 1e6 if multiprocess is not None else None,
+        median_ms(scrapes),
+        size,
     )
     return rows, pieces
 
@@ -214,22 +232,26 @@ def measure(docs: int = 3000, repeat: int = 30, limits: Sequence[int] = (100, 10
 def report(rows: Sequence[MetricsCostRow], pieces: PieceCosts, docs: int, repeat: int) -> str:
     """The figures as tables."""
     body = table(
-        ["request", "off ms", "on ms", "ratio", "off CPU ms", "on CPU ms", "CPU ratio",
-         "added CPU µs"],
+        ["request", "off ms", "on ms", "ratio", "off CPU ms", "on CPU ms", "CPU ratio", "added CPU µs"],
         [
-            [row.what, f"{row.off_ms:.3f}", f"{row.on_ms:.3f}", f"{row.ratio:.3f}",
-             f"{row.off_cpu_ms:.3f}", f"{row.on_cpu_ms:.3f}", f"{row.cpu_ratio:.3f}",
-             f"{(row.on_cpu_ms - row.off_cpu_ms) * 1000:+.1f}"]
+            [
+                row.what,
+                f"{row.off_ms:.3f}",
+                f"{row.on_ms:.3f}",
+                f"{row.ratio:.3f}",
+                f"{row.off_cpu_ms:.3f}",
+                f"{row.on_cpu_ms:.3f}",
+                f"{row.cpu_ratio:.3f}",
+                f"{(row.on_cpu_ms - row.off_cpu_ms) * 1000:+.1f}",
+            ]
             for row in rows
         ],
     )
-    multiprocess = (
-        f"{pieces.observe_multiprocess_us:.2f} µs" if pieces.observe_multiprocess_us is not None
-        else "n/a"
-    )
+    multiprocess = f"{pieces.observe_multiprocess_us:.2f} µs" if pieces.observe_multiprocess_us is not None else "n/a"
     estimates = ", ".join(
         f"{row.what}: {(row.off_cpu_ms + pieces.tween_feed_us / 1000) / row.off_cpu_ms:.4f}"
-        for row in rows if row.what.startswith("feed page")
+        for row in rows
+        if row.what.startswith("feed page")
     )
     return (
         f"Cost of the Prometheus metrics ({docs} tenders on the embedded server, TestApp in "
@@ -251,8 +273,7 @@ def run(docs: int = 3000, repeat: int = 30) -> None:
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
-        print("metrics: prometheus_client is not installed: pip install "
-              "'openprocurement_feed[metrics]'")
+        print("metrics: prometheus_client is not installed: pip install 'openprocurement_feed[metrics]'")
         return
     rows, pieces = measure(docs=docs, repeat=repeat)
     print(report(rows, pieces, docs, repeat))

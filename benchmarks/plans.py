@@ -5,6 +5,7 @@ Seeds tenders with an ``owner`` scope field, creates the feed indexes
 :mod:`openprocurement_feed.explain` — the same as ``openprocurement-feed
 explain --scope-field owner`` against that database.
 """
+
 from __future__ import annotations
 
 from pymongo import MongoClient

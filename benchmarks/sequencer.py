@@ -16,6 +16,7 @@ Every figure is measured in the same run, on the embedded server:
 * **page cost**: the second page of an ascending crawl of the same tenders in
   commit order and in watermark order, wall time and this process's CPU time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,8 +25,9 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from bson.timestamp import Timestamp
 from pymongo import MongoClient, monitoring
@@ -77,8 +79,9 @@ class TransactionalWriter(threading.Thread):
     highest commit position of them all.
     """
 
-    def __init__(self, store: FeedStore, docs: Sequence[dict[str, Any]] = (),
-                 budget: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, store: FeedStore, docs: Sequence[dict[str, Any]] = (), budget: int | None = None, seed: int = 0
+    ) -> None:
         super().__init__(daemon=True)
         self.store = store
         self.collection = store.collection(COLLECTION)
@@ -150,16 +153,19 @@ def newest_write(positions: Collection, writers: Iterable[TransactionalWriter]) 
     """The highest position among the writers' last writes (the highest of
     all their writes), or None while one of them has no entry yet."""
     last = dict(writer.last for writer in writers if writer.last is not None)
-    entries = {row["_id"]: row for row in positions.find({"_id": {"$in": list(last)}},
-                                                        {"rev": 1, COMMITTED_TS: 1})}
+    entries = {row["_id"]: row for row in positions.find({"_id": {"$in": list(last)}}, {"rev": 1, COMMITTED_TS: 1})}
     if any(entries.get(doc_id, {}).get("rev") != rev for doc_id, rev in last.items()):
         return None
     return max((row[COMMITTED_TS] for row in entries.values()), default=None)
 
 
-def wait_covered(follower: CollectionSequencer, positions: Collection,
-                 writers: Sequence[TransactionalWriter], since: float,
-                 timeout: float = COVER_TIMEOUT) -> float | None:
+def wait_covered(
+    follower: CollectionSequencer,
+    positions: Collection,
+    writers: Sequence[TransactionalWriter],
+    since: float,
+    timeout: float = COVER_TIMEOUT,
+) -> float | None:
     """Seconds from ``since`` (a ``perf_counter`` time) until the checkpoint
     of ``follower`` covers every write of ``writers``; None after ``timeout``.
 
@@ -220,11 +226,12 @@ def follow(store: FeedStore, seconds: float) -> tuple[Sequencer, FollowRow]:
     if not sequencer.wait_ready():
         raise RuntimeError(f"the sequencer did not start: {sequencer.errors}")
     follower = sequencer.followers[0]
-    writers = [TransactionalWriter(store, docs[number::WRITERS], seed=number)
-               for number in range(WRITERS)]
+    writers = [TransactionalWriter(store, docs[number::WRITERS], seed=number) for number in range(WRITERS)]
     status(f"sequencer: {WRITERS} writers for {seconds:g} s, as fast as answered")
     events_before, stamped_before, batches_before = (
-        follower.stats.events, follower.stats.stamped, follower.stats.batches
+        follower.stats.events,
+        follower.stats.stamped,
+        follower.stats.batches,
     )
     ran = run_writers(writers, seconds)
     stopped = time.perf_counter()
@@ -234,8 +241,16 @@ def follow(store: FeedStore, seconds: float) -> tuple[Sequencer, FollowRow]:
     writes = sum(writer.writes for writer in writers)
     cover = wait_covered(follower, positions, writers, since=stopped)
     return sequencer, FollowRow(
-        WRITERS, ran, writes, sum(writer.errors for writer in writers), events, stamped,
-        batches, max(0, writes - events), cover, follower.stats.delay_summary(),
+        WRITERS,
+        ran,
+        writes,
+        sum(writer.errors for writer in writers),
+        events,
+        stamped,
+        batches,
+        max(0, writes - events),
+        cover,
+        follower.stats.delay_summary(),
     )
 
 
@@ -245,8 +260,7 @@ def catch_up(store: FeedStore, sequencer: Sequencer, count: int) -> CatchUpRow:
     sequencer.stop()
     positions = store.collection(positions_name(COLLECTION))
     shares = [count // WRITERS + (1 if number < count % WRITERS else 0) for number in range(WRITERS)]
-    writers = [TransactionalWriter(store, budget=share, seed=100 + number)
-               for number, share in enumerate(shares)]
+    writers = [TransactionalWriter(store, budget=share, seed=100 + number) for number, share in enumerate(shares)]
     status(f"sequencer: stopped; {count} tenders inserted; catching up")
     write_seconds = run_writers(writers)
     started = time.perf_counter()
@@ -254,14 +268,22 @@ def catch_up(store: FeedStore, sequencer: Sequencer, count: int) -> CatchUpRow:
     try:
         follower = restarted.followers[0]
         seconds = wait_covered(follower, positions, writers, since=started)
-        return CatchUpRow(sum(writer.writes for writer in writers), write_seconds,
-                          follower.stats.events, follower.stats.batches, seconds)
+        return CatchUpRow(
+            sum(writer.writes for writer in writers),
+            write_seconds,
+            follower.stats.events,
+            follower.stats.batches,
+            seconds,
+        )
     finally:
         restarted.stop()
 
 
-def measure_throughput(database: EmbeddedServer, seconds: float, catch_up_count: int,
-                       ) -> tuple[FollowRow, CatchUpRow]:
+def measure_throughput(
+    database: EmbeddedServer,
+    seconds: float,
+    catch_up_count: int,
+) -> tuple[FollowRow, CatchUpRow]:
     """The follow and catch-up figures on a fresh database."""
     client: MongoClient = MongoClient(database.uri, tz_aware=True)
     store = FeedStore(client, "bench_sequencer_throughput")
@@ -293,22 +315,53 @@ def _delay(value: float | None) -> str:
 def throughput_report(followed: FollowRow, caught_up: CatchUpRow) -> str:
     """The throughput figures as two tables."""
     follow_table = table(
-        ["writers", "seconds", "writes", "writes/s", "write errors", "events", "events/s",
-         "entries stamped", "batches", "events/batch", "backlog at stop", "covered after ms",
-         "kept up"],
-        [[followed.writers, f"{followed.seconds:.1f}", followed.writes,
-          _rate(followed.writes, followed.seconds), followed.errors, followed.events,
-          _rate(followed.events, followed.seconds), followed.stamped, followed.batches,
-          f"{followed.events / followed.batches:.1f}" if followed.batches else "-",
-          followed.backlog, _ms(followed.cover_seconds), "yes" if followed.kept_up else "NO"]],
+        [
+            "writers",
+            "seconds",
+            "writes",
+            "writes/s",
+            "write errors",
+            "events",
+            "events/s",
+            "entries stamped",
+            "batches",
+            "events/batch",
+            "backlog at stop",
+            "covered after ms",
+            "kept up",
+        ],
+        [
+            [
+                followed.writers,
+                f"{followed.seconds:.1f}",
+                followed.writes,
+                _rate(followed.writes, followed.seconds),
+                followed.errors,
+                followed.events,
+                _rate(followed.events, followed.seconds),
+                followed.stamped,
+                followed.batches,
+                f"{followed.events / followed.batches:.1f}" if followed.batches else "-",
+                followed.backlog,
+                _ms(followed.cover_seconds),
+                "yes" if followed.kept_up else "NO",
+            ]
+        ],
     )
     delay = followed.delay
     catch_table = table(
-        ["writes", "written in s", "writes/s", "events", "batches", "caught up in ms",
-         "events/s catching up"],
-        [[caught_up.writes, f"{caught_up.write_seconds:.1f}",
-          _rate(caught_up.writes, caught_up.write_seconds), caught_up.events, caught_up.batches,
-          _ms(caught_up.seconds), _rate(caught_up.events, caught_up.seconds)]],
+        ["writes", "written in s", "writes/s", "events", "batches", "caught up in ms", "events/s catching up"],
+        [
+            [
+                caught_up.writes,
+                f"{caught_up.write_seconds:.1f}",
+                _rate(caught_up.writes, caught_up.write_seconds),
+                caught_up.events,
+                caught_up.batches,
+                _ms(caught_up.seconds),
+                _rate(caught_up.events, caught_up.seconds),
+            ]
+        ],
     )
     return (
         "Sequencer throughput: transactional save_data writes as fast as answered, one "
@@ -371,10 +424,11 @@ def measure_delay(database: EmbeddedServer, seconds: float, rate: float) -> list
     """Writes at ``rate``/s for ``seconds`` through the commit-ordered demo
     API; one crawler on its feed, one on a watermark feed of the same data."""
     db_name = "bench_sequencer_delay"
-    common = {"mongodb.uri": database.uri, "mongodb.db_name": db_name,
-              "feed.watermark_seconds": repr(WATERMARK)}
-    commit = DemoServer(dict(common, **{"feed.order": "commit", "feed.sequencer": "thread",
-                                       "demo.write_delay_ms": WRITE_DELAY_MS}), threads=16)
+    common = {"mongodb.uri": database.uri, "mongodb.db_name": db_name, "feed.watermark_seconds": repr(WATERMARK)}
+    commit = DemoServer(
+        dict(common, **{"feed.order": "commit", "feed.sequencer": "thread", "demo.write_delay_ms": WRITE_DELAY_MS}),
+        threads=16,
+    )
     watermark = DemoServer(common, threads=8)
     crawlers: list[Crawler] = []
     writers: list[LoggingWriter] = []
@@ -391,11 +445,14 @@ def measure_delay(database: EmbeddedServer, seconds: float, rate: float) -> list
         for crawler in crawlers:
             crawler.start()
         time.sleep(WATERMARK + 0.5)  # both crawlers at the head of their feeds
-        writers = [LoggingWriter(commit.api_url, share, rate=rate / WRITERS, seed=10 + number,
-                                 name=f"writer-{number}")
-                   for number, share in enumerate(_split(ids, WRITERS))]
-        status(f"sequencer: {rate:g} writes/s for {seconds:g} s, transactions held "
-               f"{WRITE_DELAY_MS} ms, two crawlers polling")
+        writers = [
+            LoggingWriter(commit.api_url, share, rate=rate / WRITERS, seed=10 + number, name=f"writer-{number}")
+            for number, share in enumerate(_split(ids, WRITERS))
+        ]
+        status(
+            f"sequencer: {rate:g} writes/s for {seconds:g} s, transactions held "
+            f"{WRITE_DELAY_MS} ms, two crawlers polling"
+        )
         for writer in writers:
             writer.start()
         time.sleep(seconds)
@@ -415,20 +472,29 @@ def measure_delay(database: EmbeddedServer, seconds: float, rate: float) -> list
         client: MongoClient = MongoClient(database.uri)
         client.drop_database(db_name)
         client.close()
-    return [delays_of(writers, crawler, feed) for crawler, feed in
-            zip(crawlers, ("commit order", f"watermark W = {WATERMARK:g} s"))]
+    return [
+        delays_of(writers, crawler, feed)
+        for crawler, feed in zip(crawlers, ("commit order", f"watermark W = {WATERMARK:g} s"))
+    ]
 
 
 def delay_report(rows: Sequence[DelayRow], seconds: float, rate: float) -> str:
     """The delay figures as a table."""
     body = table(
-        ["feed", "writes acked", "versions seen", "last versions missed", "median ms",
-         "p90 ms", "p99 ms", "max ms"],
-        [[row.feed, row.acked, row.seen, row.finals_missed,
-          f"{statistics.median(row.delays_ms):.0f}" if row.delays_ms else "-",
-          row.quantile(0.9), row.quantile(0.99),
-          f"{max(row.delays_ms):.0f}" if row.delays_ms else "-"]
-         for row in rows],
+        ["feed", "writes acked", "versions seen", "last versions missed", "median ms", "p90 ms", "p99 ms", "max ms"],
+        [
+            [
+                row.feed,
+                row.acked,
+                row.seen,
+                row.finals_missed,
+                f"{statistics.median(row.delays_ms):.0f}" if row.delays_ms else "-",
+                row.quantile(0.9),
+                row.quantile(0.99),
+                f"{max(row.delays_ms):.0f}" if row.delays_ms else "-",
+            ]
+            for row in rows
+        ],
     )
     return (
         f"Commit-to-visible delay: {rate:g} patches/s for {seconds:g} s through the demo API "
@@ -485,8 +551,7 @@ class QueryTimes(monitoring.CommandListener):
 
     def medians(self) -> dict[str, float | None]:
         """The median time of each query (None: the page never sent it)."""
-        return {name: statistics.median(times) if times else None
-                for name, times in self.times.items()}
+        return {name: statistics.median(times) if times else None for name, times in self.times.items()}
 
 
 @dataclass
@@ -523,21 +588,20 @@ def monitored_app(settings: Mapping[str, str], listener: QueryTimes) -> Any:
     registry = app.registry
     feed_settings = registry.feed_settings
     registry.feed_store.close()
-    client: MongoClient = MongoClient(settings["mongodb.uri"], event_listeners=[listener],
-                                      tz_aware=True)
+    client: MongoClient = MongoClient(settings["mongodb.uri"], event_listeners=[listener], tz_aware=True)
     registry.feed_store = FeedStore(
-        client, feed_settings.db_name, watermark_seconds=feed_settings.watermark_seconds,
+        client,
+        feed_settings.db_name,
+        watermark_seconds=feed_settings.watermark_seconds,
         max_limit=feed_settings.max_limit,
     )
     return TestApp(app)
 
 
-def time_pages(apps: Mapping[str, Any], limit: int, repeat: int,
-               listener: QueryTimes) -> PageCostRow:
+def time_pages(apps: Mapping[str, Any], limit: int, repeat: int, listener: QueryTimes) -> PageCostRow:
     """The second page at ``limit`` in each order, ``repeat`` interleaved
     runs after three warm-up runs."""
-    paths = {name: app.get(f"{FEED_PATH}?limit={limit}").json["next_page"]["path"]
-             for name, app in apps.items()}
+    paths = {name: app.get(f"{FEED_PATH}?limit={limit}").json["next_page"]["path"] for name, app in apps.items()}
     items = {name: len(app.get(paths[name]).json["data"]) for name, app in apps.items()}
     if items["commit"] != items["watermark"]:
         raise RuntimeError(f"the orders' second pages differ in size: {items}")
@@ -554,25 +618,32 @@ def time_pages(apps: Mapping[str, Any], limit: int, repeat: int,
                 cpu[name].append(used)
     listener.on = False
     return PageCostRow(
-        limit, items["commit"], median_ms(wall["commit"]), median_ms(wall["watermark"]),
-        median_ms(cpu["commit"]), median_ms(cpu["watermark"]), listener.medians(),
+        limit,
+        items["commit"],
+        median_ms(wall["commit"]),
+        median_ms(wall["watermark"]),
+        median_ms(cpu["commit"]),
+        median_ms(cpu["watermark"]),
+        listener.medians(),
     )
 
 
-def measure_page_cost(database: EmbeddedServer, docs: int, repeat: int,
-                      limits: Sequence[int] = (100, 1000)) -> list[PageCostRow]:
+def measure_page_cost(
+    database: EmbeddedServer, docs: int, repeat: int, limits: Sequence[int] = (100, 1000)
+) -> list[PageCostRow]:
     """The second page of an ascending crawl of the same tenders in both orders."""
     db_name = "bench_sequencer_pages"
-    common = {"mongodb.uri": database.uri, "mongodb.db_name": db_name,
-              "feed.watermark_seconds": repr(WATERMARK)}
+    common = {"mongodb.uri": database.uri, "mongodb.db_name": db_name, "feed.watermark_seconds": repr(WATERMARK)}
     client: MongoClient = MongoClient(database.uri, tz_aware=True)
     store = FeedStore(client, db_name)
     status(f"sequencer: seeding {docs} tenders and their positions for the page cost")
     seed_tenders(store.collection(COLLECTION), docs)
     backfill_positions(store)
     listener = QueryTimes()
-    apps = {"commit": monitored_app(dict(common, **{"feed.order": "commit"}), listener),
-            "watermark": monitored_app(common, listener)}
+    apps = {
+        "commit": monitored_app(dict(common, **{"feed.order": "commit"}), listener),
+        "watermark": monitored_app(common, listener),
+    }
     try:
         return [time_pages(apps, limit, repeat, listener) for limit in limits]
     finally:
@@ -589,17 +660,24 @@ def _query_ms(value: float | None) -> str:
 def page_cost_report(rows: Sequence[PageCostRow], docs: int, repeat: int) -> str:
     """The page cost figures as two tables: the pages, then their queries."""
     body = table(
-        ["limit", "items", "commit ms", "watermark ms", "ratio", "commit CPU ms",
-         "watermark CPU ms", "CPU ratio"],
-        [[row.limit, row.items, f"{row.commit_ms:.2f}", f"{row.watermark_ms:.2f}",
-          f"{row.commit_ms / row.watermark_ms:.2f}", f"{row.commit_cpu_ms:.2f}",
-          f"{row.watermark_cpu_ms:.2f}", f"{row.commit_cpu_ms / row.watermark_cpu_ms:.2f}"]
-         for row in rows],
+        ["limit", "items", "commit ms", "watermark ms", "ratio", "commit CPU ms", "watermark CPU ms", "CPU ratio"],
+        [
+            [
+                row.limit,
+                row.items,
+                f"{row.commit_ms:.2f}",
+                f"{row.watermark_ms:.2f}",
+                f"{row.commit_ms / row.watermark_ms:.2f}",
+                f"{row.commit_cpu_ms:.2f}",
+                f"{row.watermark_cpu_ms:.2f}",
+                f"{row.commit_cpu_ms / row.watermark_cpu_ms:.2f}",
+            ]
+            for row in rows
+        ],
     )
     queries = table(
         ["limit", *(f"{name} ms" for name in QUERIES)],
-        [[row.limit, *(_query_ms(row.queries_ms.get(name)) for name in QUERIES)]
-         for row in rows],
+        [[row.limit, *(_query_ms(row.queries_ms.get(name)) for name in QUERIES)] for row in rows],
     )
     return (
         f"Cost of a commit-ordered page beside a watermark page ({docs} tenders, their "
@@ -617,8 +695,9 @@ def page_cost_report(rows: Sequence[PageCostRow], docs: int, repeat: int) -> str
     )
 
 
-def run(seconds: float = 6.0, catch_up_count: int = 2000, rate: float = 70.0,
-        docs: int = 3000, repeat: int = 30) -> None:
+def run(
+    seconds: float = 6.0, catch_up_count: int = 2000, rate: float = 70.0, docs: int = 3000, repeat: int = 30
+) -> None:
     """Measure and print the three figures."""
     with EmbeddedServer() as database:
         followed, caught_up = measure_throughput(database, seconds, catch_up_count)

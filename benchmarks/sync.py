@@ -12,6 +12,7 @@ feed pages (as a share of the sync's time) and objects (summed over the
 fetching threads, and as the share of the sync's time the crawler was
 blocked on objects).
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,7 @@ class SyncRun:
     complete: bool
 
 
-def sync_once(feed_url: str, limit: int, state: Path, ids: set[str],
-              concurrency: int = 0) -> SyncRun:
+def sync_once(feed_url: str, limit: int, state: Path, ids: set[str], concurrency: int = 0) -> SyncRun:
     """One full sync from scratch; ``concurrency`` > 0 fetches the objects."""
     delivered: list[dict[str, Any]] = []
     objects: list[dict[str, Any]] = []
@@ -88,9 +88,16 @@ def sync_once(feed_url: str, limit: int, state: Path, ids: set[str],
     if object_session is not None:
         adapter = requests.adapters.HTTPAdapter(pool_maxsize=concurrency)
         object_session.mount("http://", adapter)
-    with FeedSync(feed_url, handle, state, limit=limit, session=session,
-                  fetch_objects=bool(concurrency), fetch_concurrency=max(concurrency, 1),
-                  object_session=object_session) as sync:
+    with FeedSync(
+        feed_url,
+        handle,
+        state,
+        limit=limit,
+        session=session,
+        fetch_objects=bool(concurrency),
+        fetch_concurrency=max(concurrency, 1),
+        object_session=object_session,
+    ) as sync:
         if sync.objects is not None:
             fetch_page = sync.objects.fetch_page
 
@@ -109,31 +116,59 @@ def sync_once(feed_url: str, limit: int, state: Path, ids: set[str],
     if concurrency:
         complete = complete and {obj["id"] for obj in objects} == ids
     return SyncRun(
-        limit=limit, fetch=f"{concurrency} at once" if concurrency else "no",
-        items=stats.items, objects=stats.objects, seconds=elapsed,
+        limit=limit,
+        fetch=f"{concurrency} at once" if concurrency else "no",
+        items=stats.items,
+        objects=stats.objects,
+        seconds=elapsed,
         feed_requests=session.requests,
         duplicates=len(delivered) - len({item_key(item) for item in delivered}),
-        feed_wait=session.waited, object_wait=object_session.waited if object_session else 0.0,
-        blocked_on_objects=blocked[0], complete=complete,
+        feed_wait=session.waited,
+        object_wait=object_session.waited if object_session else 0.0,
+        blocked_on_objects=blocked[0],
+        complete=complete,
     )
 
 
 def report(runs: list[SyncRun], tenders: int) -> str:
     """The crawler table."""
     rows = [
-        [run.limit, run.fetch, run.items, run.objects, f"{run.seconds:.2f}",
-         f"{run.items / run.seconds:.0f}", f"{run.objects / run.seconds:.0f}",
-         run.feed_requests, run.duplicates, f"{100 * run.feed_wait / run.seconds:.0f}%",
-         f"{run.object_wait:.2f}", f"{100 * run.blocked_on_objects / run.seconds:.0f}%"
-         + ("" if run.complete else "  INCOMPLETE")]
+        [
+            run.limit,
+            run.fetch,
+            run.items,
+            run.objects,
+            f"{run.seconds:.2f}",
+            f"{run.items / run.seconds:.0f}",
+            f"{run.objects / run.seconds:.0f}",
+            run.feed_requests,
+            run.duplicates,
+            f"{100 * run.feed_wait / run.seconds:.0f}%",
+            f"{run.object_wait:.2f}",
+            f"{100 * run.blocked_on_objects / run.seconds:.0f}%" + ("" if run.complete else "  INCOMPLETE"),
+        ]
         for run in runs
     ]
     return (
         f"Full sync of {tenders} tenders by the reference crawler (demo API on waitress, "
         "write delay off):\n"
-        + table(["limit", "fetch", "items", "objects", "seconds", "items/s", "objects/s",
-                 "feed requests", "duplicates", "feed wait", "object wait s",
-                 "blocked on objects"], rows)
+        + table(
+            [
+                "limit",
+                "fetch",
+                "items",
+                "objects",
+                "seconds",
+                "items/s",
+                "objects/s",
+                "feed requests",
+                "duplicates",
+                "feed wait",
+                "object wait s",
+                "blocked on objects",
+            ],
+            rows,
+        )
         + "\nfeed wait = time waiting for feed pages / sync time (a page prefetched during the "
         "object fetch overlaps it); object wait s = time waiting for objects, summed over the "
         "fetching threads; blocked on objects = the share of the sync spent in a page's object "
@@ -144,12 +179,15 @@ def report(runs: list[SyncRun], tenders: int) -> str:
 def run(tenders: int) -> None:
     """Print the figures of a full sync of ``tenders`` tenders."""
     with tempfile.TemporaryDirectory(prefix="feed-sync-bench-") as folder:
-        server = DemoServer({
-            "mongodb.uri": "embedded://" + str(Path(folder) / "db"),
-            "mongodb.db_name": "sync_bench",
-            "feed.watermark_seconds": str(WATERMARK),
-            "demo.write_delay_ms": "0",
-        }, threads=FETCH_CONCURRENCY + 4).start()
+        server = DemoServer(
+            {
+                "mongodb.uri": "embedded://" + str(Path(folder) / "db"),
+                "mongodb.db_name": "sync_bench",
+                "feed.watermark_seconds": str(WATERMARK),
+                "demo.write_delay_ms": "0",
+            },
+            threads=FETCH_CONCURRENCY + 4,
+        ).start()
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # a full queue is the point
         try:
             started = time.perf_counter()
@@ -159,8 +197,11 @@ def run(tenders: int) -> None:
             runs = []
             plan = ((100, 0), (1000, 0), (100, 1), (100, FETCH_CONCURRENCY))
             for number, (limit, concurrency) in enumerate(plan):
-                runs.append(sync_once(server.api_url + "/tenders", limit,
-                                      Path(folder) / f"state-{number}.json", ids, concurrency))
+                runs.append(
+                    sync_once(
+                        server.api_url + "/tenders", limit, Path(folder) / f"state-{number}.json", ids, concurrency
+                    )
+                )
             print(report(runs, tenders), flush=True)
         finally:
             server.close()

@@ -21,12 +21,14 @@ setting (``name:password`` pairs). Run it on a throwaway embedded database::
 
     python examples/upstream_host.py   # serves http://127.0.0.1:6544
 """
+
 from __future__ import annotations
 
 import os
 import sys
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pymongo import MongoClient
 from pymongo.collection import Collection
@@ -68,7 +70,7 @@ class MongodbStore(FeedStoreMixin):
             return collections[name]
         raise AttributeError(f"MongodbStore has no attribute {name}")
 
-    def add_collection(self, name: str, cls: type["BaseCollection"]) -> None:
+    def add_collection(self, name: str, cls: type[BaseCollection]) -> None:
         self.collections[name] = cls(self, self.settings)
 
     def collection_named(self, name: str) -> Collection:
@@ -145,8 +147,7 @@ def public(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def create_tender(request: Request) -> dict[str, Any]:
     body = request.json_body["data"]
-    tender = {"_id": uuid.uuid4().hex, "status": "active", **body,
-              "owner": request.authenticated_userid}
+    tender = {"_id": uuid.uuid4().hex, "status": "active", **body, "owner": request.authenticated_userid}
     saved = request.registry.mongodb.tenders.save(tender, insert=True)
     request.response.status = 201
     return {"data": public(saved)}
@@ -163,9 +164,13 @@ def patch_tender(request: Request) -> dict[str, Any]:
 
 
 def create_submission(request: Request) -> dict[str, Any]:
-    submission = {"_id": uuid.uuid4().hex, "status": "active", **request.json_body["data"],
-                  "frameworkID": request.matchdict["framework_id"],
-                  "owner": request.authenticated_userid}
+    submission = {
+        "_id": uuid.uuid4().hex,
+        "status": "active",
+        **request.json_body["data"],
+        "frameworkID": request.matchdict["framework_id"],
+        "owner": request.authenticated_userid,
+    }
     saved = request.registry.mongodb.submissions.save(submission, insert=True)
     request.response.status = 201
     return {"data": public(saved)}
@@ -186,20 +191,25 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
 
     config.add_route("tenders.create", f"{PREFIX}/tenders", request_method="POST")
     config.add_route("tender", f"{PREFIX}/tenders/{{id}}")
-    config.add_route("submissions.create", f"{PREFIX}/frameworks/{{framework_id}}/submissions",
-                     request_method="POST")
+    config.add_route("submissions.create", f"{PREFIX}/frameworks/{{framework_id}}/submissions", request_method="POST")
     config.add_view(create_tender, route_name="tenders.create", renderer="json")
     config.add_view(patch_tender, route_name="tender", request_method="PATCH", renderer="json")
     config.add_view(create_submission, route_name="submissions.create", renderer="json")
 
     # The feeds (after the POST routes on the same paths).
-    config.add_feed("tenders", allowed_fields=TENDER_FIELDS, restricted=True,
-                    owner_fields=("owner",), safe_fields=("dateModified",))
-    config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"),
-                    restricted=True)
-    config.add_feed("framework_submissions", path="frameworks/{framework_id}/submissions",
-                    collection="submissions", scope="framework_id", scope_field="frameworkID",
-                    allowed_fields=("status", "owner"), restricted=True)
+    config.add_feed(
+        "tenders", allowed_fields=TENDER_FIELDS, restricted=True, owner_fields=("owner",), safe_fields=("dateModified",)
+    )
+    config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"), restricted=True)
+    config.add_feed(
+        "framework_submissions",
+        path="frameworks/{framework_id}/submissions",
+        collection="submissions",
+        scope="framework_id",
+        scope_field="frameworkID",
+        allowed_fields=("status", "owner"),
+        restricted=True,
+    )
     return config.make_wsgi_app()
 
 
@@ -209,7 +219,14 @@ if __name__ == "__main__":  # pragma: no cover - a manual run
     from openprocurement_feed.embedded import EmbeddedServer
 
     with EmbeddedServer() as server:
-        app = main({}, **{"mongodb.uri": server.uri, "mongodb.db_name": "upstream_host",
-                          "auth.users": "broker:secret", **dict(a.split("=", 1) for a in sys.argv[1:])})
+        app = main(
+            {},
+            **{
+                "mongodb.uri": server.uri,
+                "mongodb.db_name": "upstream_host",
+                "auth.users": "broker:secret",
+                **dict(a.split("=", 1) for a in sys.argv[1:]),
+            },
+        )
         print(f"Serving on http://127.0.0.1:6544{PREFIX}/tenders", flush=True)
         make_server("127.0.0.1", 6544, app).serve_forever()

@@ -28,6 +28,7 @@
   commit-ordered feed and observing those of the other feeds, started when
   the configuration is committed (``observe``: observers only).
 """
+
 from __future__ import annotations
 
 # First, before Pyramid is imported: in the command-line process only, it
@@ -73,17 +74,17 @@ __all__ = [
     "FeedStore",
     "FeedStoreMixin",
     "HostStore",
-    "MissingRevision",
     "InvalidOffset",
+    "MissingRevision",
     "Offset",
+    "commit_collections",
     "compose_offset",
     "compose_position",
-    "commit_collections",
     "includeme",
-    "shutdown",
     "parse_offset",
     "parse_settings",
     "set_feed_store",
+    "shutdown",
 ]
 
 
@@ -140,8 +141,7 @@ def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
 def watermark_collections(registry: Any) -> list[str]:
     """The collections of the registry's watermark-ordered feeds (followed
     observe-only, to measure the lag the watermark bets on)."""
-    names = [feed.collection for feed in getattr(registry, "feed_definitions", {}).values()
-             if feed.order != COMMIT]
+    names = [feed.collection for feed in getattr(registry, "feed_definitions", {}).values() if feed.order != COMMIT]
     return list(dict.fromkeys(names))
 
 
@@ -157,7 +157,9 @@ def _start_sequencer(registry: Any) -> None:
         return
     store = registry.feed_store
     registry.feed_sequencer = Sequencer(
-        store.db, collections, observed=observed,
+        store.db,
+        collections,
+        observed=observed,
         lag_window_seconds=settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),
     ).start()
@@ -184,8 +186,7 @@ def caller_info(note: str) -> tuple[str, int, str, str]:
     ``note`` appended to the source: where a conflict report points."""
     import pyramid
 
-    skipped = (os.path.dirname(os.path.abspath(__file__)),
-               os.path.dirname(os.path.abspath(pyramid.__file__)))
+    skipped = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(pyramid.__file__)))
     for frame in reversed(traceback.extract_stack()[:-1]):
         if not os.path.abspath(frame.filename).startswith(skipped):
             return (frame.filename, frame.lineno or 0, frame.name, f"{frame.line}  # {note}")
@@ -234,13 +235,16 @@ def includeme(config: Configurator) -> None:
     config.add_view(feed_not_ready_view, context=FeedNotReady, renderer="json")
     registry.feed_verdicts = VerdictLog()
     config.add_route("openprocurement_feed.health", settings.health_path)
-    config.add_view(health_view, route_name="openprocurement_feed.health", renderer="json",
-                    request_method="GET", permission=settings.health_permission)
+    config.add_view(
+        health_view,
+        route_name="openprocurement_feed.health",
+        renderer="json",
+        request_method="GET",
+        permission=settings.health_permission,
+    )
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
-        config.action(
-            ("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10
-        )
+        config.action(("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10)
     if settings.resources:
         info = caller_info(f"feed.resources = {' '.join(settings.resources)}")
         for name in settings.resources:

@@ -11,6 +11,7 @@ started it (``PR_SET_PDEATHSIG`` on Linux), so the folder goes away however
 that process ends: a normal exit, SIGINT, or a SIGTERM that Python does not
 handle (``pserve`` stopped by systemd or docker, ``--reload``).
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -4,13 +4,14 @@ Each module in :mod:`openprocurement_feed.commands` provides
 ``add_parser(subparsers)``, which registers its subcommand and sets
 ``func(args) -> int`` as the parser default.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .quiet import quiet_dependency_warnings
 
@@ -28,9 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="openprocurement-feed",
         description="Run, test and follow openprocurement-style feeds.",
     )
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log debug messages to stderr"
-    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         try:

@@ -5,30 +5,29 @@ its host (``watermark_seconds`` and ``max_limit``), so an application can mix
 it into its own store class. :class:`FeedStore` is the ready-made store that
 ``config.include("openprocurement_feed")`` creates from the settings.
 """
+
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
-from pymongo.read_preferences import read_pref_mode_from_name
-from pymongo.read_preferences import make_read_preference
+from pymongo.read_preferences import make_read_preference, read_pref_mode_from_name
 from pymongo.write_concern import WriteConcern
 
 from .offset import Offset, ids_digest
 from .orders import (
     COMMIT,
-    COMMITTED_TS,
     HIDDEN,
     ORDERS,
     PUBLIC_MODIFIED,
-    PUBLIC_TS,
     WATERMARK,
     CommitOrder,
     FeedOrder,
@@ -37,7 +36,6 @@ from .orders import (
     WatermarkReader,
     boundary_ids,
     now_seconds,
-    positions_name,
 )
 from .settings import FeedSettings
 
@@ -80,8 +78,7 @@ def uri_option_names(uri: str) -> set[str]:
     """The lower-cased names of the options written in ``uri``'s query
     string: the settings' defaults must not override them."""
     query = uri.split("?", 1)[1] if "?" in uri else ""
-    return {part.split("=", 1)[0].strip().lower() for part in query.replace(";", "&").split("&")
-            if part.strip()}
+    return {part.split("=", 1)[0].strip().lower() for part in query.replace(";", "&").split("&") if part.strip()}
 
 
 def mode_filter(mode: str) -> dict[str, Any]:
@@ -103,7 +100,7 @@ def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
     if count <= 0 or count > len(ids):
         return None
     for start in range(len(ids) - count + 1):
-        if ids_digest(ids[start:start + count]) == digest:
+        if ids_digest(ids[start : start + count]) == digest:
             return start + count
     return None
 
@@ -119,7 +116,7 @@ def _cut_after_shown(page: list[dict[str, Any]], limit: int) -> list[dict[str, A
         if HIDDEN not in row:
             shown += 1
             if shown == limit:
-                return page[:number + 1]
+                return page[: number + 1]
     return page
 
 
@@ -194,8 +191,7 @@ class FeedStoreMixin:
         old_rev = doc.pop("_rev", None) or old_rev
         if not insert and not old_rev:
             raise MissingRevision(
-                f"save_data: updating document {uid} needs its current '_rev' (or 'rev'); "
-                "pass insert=True to create it"
+                f"save_data: updating document {uid} needs its current '_rev' (or 'rev'); pass insert=True to create it"
             )
         doc["_rev"] = next_rev(old_rev)
         doc["is_public"] = bool(self.is_public(doc))
@@ -304,8 +300,14 @@ class FeedStoreMixin:
         feed_order = self.feed_order(order)
         with feed_order.reader(collection, self.max_time_ms, key=offset_field) as reader:
             rows = self._rows(
-                reader, fields, inclusive_filter=inclusive_filter, offset_value=offset_value,
-                mode=mode, descending=descending, limit=limit, filters=filters,
+                reader,
+                fields,
+                inclusive_filter=inclusive_filter,
+                offset_value=offset_value,
+                mode=mode,
+                descending=descending,
+                limit=limit,
+                filters=filters,
                 has_offset=has_offset,
             )
             return reader.finish(rows, fields)
@@ -391,8 +393,14 @@ class FeedStoreMixin:
                     break
                 last = page[-1]
                 rows = self._after(
-                    reader, fields, Offset(last[reader.key], field=reader.key), last["_id"],
-                    limit, mode=mode, descending=descending, filters=filters,
+                    reader,
+                    fields,
+                    Offset(last[reader.key], field=reader.key),
+                    last["_id"],
+                    limit,
+                    mode=mode,
+                    descending=descending,
+                    filters=filters,
                 )
                 page += reader.finish(rows, fields)
             return _cut_after_shown(page, limit)
@@ -412,11 +420,19 @@ class FeedStoreMixin:
             return self._rows(reader, fields, limit=limit, **common)  # type: ignore[arg-type]
         if offset.count == 0:
             return self._rows(
-                reader, fields, offset_value=offset.value, limit=limit, **common  # type: ignore[arg-type]
+                reader,
+                fields,
+                offset_value=offset.value,
+                limit=limit,
+                **common,  # type: ignore[arg-type]
             )
         fetch = limit + offset.count
         rows = self._rows(
-            reader, fields, inclusive_filter=True, offset_value=offset.value, limit=fetch,
+            reader,
+            fields,
+            inclusive_filter=True,
+            offset_value=offset.value,
+            limit=fetch,
             **common,  # type: ignore[arg-type]
         )
         group = boundary_ids(rows, reader.key, offset.value)  # rows are sorted: a leading run
@@ -444,7 +460,10 @@ class FeedStoreMixin:
     ) -> list[str]:
         """All ids at exactly ``offset.value``, in feed order."""
         query, _ = self.build_query(
-            offset_field=reader.key, mode=mode, descending=descending, filters=filters,
+            offset_field=reader.key,
+            mode=mode,
+            descending=descending,
+            filters=filters,
             reader=reader,
         )
         query[reader.key] = offset.value
@@ -471,16 +490,19 @@ class FeedStoreMixin:
             {reader.key: offset.value, "_id": {beyond: last_id}},
         ]
         return self._rows(
-            reader, fields, mode=mode, descending=descending, limit=limit, filters=keyset,
+            reader,
+            fields,
+            mode=mode,
+            descending=descending,
+            limit=limit,
+            filters=keyset,
             has_offset=True,
         )
 
     # -- indexes ----------------------------------------------------------
 
     @staticmethod
-    def feed_index_specs(
-        scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
-    ) -> list[dict[str, Any]]:
+    def feed_index_specs(scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED) -> list[dict[str, Any]]:
         """Index specs that serve every feed query shape.
 
         Partial on ``is_public: true``; equality fields first, then the sort
@@ -501,7 +523,9 @@ class FeedStoreMixin:
         return specs
 
     def ensure_feed_indexes(
-        self, collection: Collection, scope_fields: Iterable[str] = (),
+        self,
+        collection: Collection,
+        scope_fields: Iterable[str] = (),
         key: str = PUBLIC_MODIFIED,
     ) -> list[str]:
         """Create the feed indexes on ``collection`` (sorted on ``key``);
@@ -545,9 +569,7 @@ class FeedStore(FeedStoreMixin):
         self.db = client[db_name]
         self.watermark_seconds = watermark_seconds
         self.max_limit = max_limit
-        self.read_preference = make_read_preference(
-            read_pref_mode_from_name(read_preference), None
-        )
+        self.read_preference = make_read_preference(read_pref_mode_from_name(read_preference), None)
         self.read_concern = ReadConcern(read_concern)
         self.write_concern = WriteConcern(w=write_concern)
         self.collections = dict(collections or {})
@@ -556,7 +578,7 @@ class FeedStore(FeedStoreMixin):
         self._feed_collections: dict[str, Collection] = {}
 
     @classmethod
-    def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> "FeedStore":
+    def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> FeedStore:
         """Build a store from parsed settings (``uri`` overrides the settings' one)."""
         uri = uri or settings.uri
         defaults: dict[str, Any] = {
@@ -580,9 +602,7 @@ class FeedStore(FeedStoreMixin):
 
     def collection(self, name: str) -> Collection:
         """The collection behind feed ``name`` for writes: primary reads."""
-        return self.db.get_collection(
-            self.collections.get(name, name), write_concern=self.write_concern
-        )
+        return self.db.get_collection(self.collections.get(name, name), write_concern=self.write_concern)
 
     def feed_collection(self, name: str) -> Collection:
         """The collection behind feed ``name`` with the feed's read options."""

@@ -12,6 +12,7 @@ process ends, SIGTERM included: the server runs under a small guard process
 ``embedded:///some/dir`` keeps the data in that folder instead (it survives
 restarts and ``pserve --reload``).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -25,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
@@ -35,10 +37,7 @@ log = logging.getLogger(__name__)
 EXECUTABLE = "secantusd-py"
 #: The guard that removes a throwaway folder when the server exits.
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_embedded_guard.py")
-INSTALL_HINT = (
-    "The embedded database needs the 'embedded' extra: "
-    "pip install 'openprocurement_feed[embedded]'"
-)
+INSTALL_HINT = "The embedded database needs the 'embedded' extra: pip install 'openprocurement_feed[embedded]'"
 
 
 class EmbeddedServerError(RuntimeError):
@@ -111,7 +110,7 @@ class EmbeddedServer:
         """True while the child process is alive."""
         return self.process is not None and self.process.poll() is None
 
-    def start(self) -> "EmbeddedServer":
+    def start(self) -> EmbeddedServer:
         """Start the server and wait until it answers ``ping``."""
         if self.running:
             return self
@@ -127,10 +126,14 @@ class EmbeddedServer:
         self._log = tempfile.TemporaryFile(prefix="secantusd-log-")
         command = [
             executable,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--storage-path", path,
-            "--log-level", "WARNING",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--storage-path",
+            path,
+            "--log-level",
+            "WARNING",
             *self.extra_args,
         ]
         if self._tmpdir:
@@ -162,9 +165,7 @@ class EmbeddedServer:
                 if not self.running:
                     output = self._output()
                     self.stop()
-                    raise EmbeddedServerError(
-                        f"The embedded database exited during start-up:\n{output}"
-                    )
+                    raise EmbeddedServerError(f"The embedded database exited during start-up:\n{output}")
                 try:
                     client.admin.command("ping")
                     return
@@ -172,8 +173,7 @@ class EmbeddedServer:
                     if time.monotonic() > deadline:
                         self.stop()
                         raise EmbeddedServerError(
-                            f"The embedded database did not answer within "
-                            f"{self.startup_timeout:.0f} s"
+                            f"The embedded database did not answer within {self.startup_timeout:.0f} s"
                         ) from None
                     time.sleep(0.1)
         finally:
@@ -197,7 +197,7 @@ class EmbeddedServer:
             self._tmpdir = None
         atexit.unregister(self.stop)
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

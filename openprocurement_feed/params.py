@@ -4,11 +4,12 @@ Pure functions over a multi-dict of query parameters; nothing here touches the
 database or Pyramid, so the rules of the protocol can be read (and tested) in
 one place.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from .offset import InvalidOffset, Offset, parse_offset
 
@@ -71,9 +72,7 @@ def parse_limit(raw: str | None, default: int, maximum: int) -> tuple[int, bool]
     return min(max(int(sign + digits), 1), maximum), True
 
 
-def parse_opt_fields(
-    raw: str | None, allowed: Iterable[str], default: Iterable[str]
-) -> tuple[str, ...]:
+def parse_opt_fields(raw: str | None, allowed: Iterable[str], default: Iterable[str]) -> tuple[str, ...]:
     """``opt_fields``: a comma list intersected with the allowed fields,
     unknown names dropped; sorted, without the feed's default fields."""
     if not raw:

@@ -11,6 +11,7 @@ imports the package is left alone.
 Imported first by the package's ``__init__``: importing it installs the
 filter when the process is the command.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,10 +11,12 @@ JSON (only whitespace and the escaping of non-ASCII characters differ).
 The include registers :class:`FeedJSONRenderer` as the Pyramid renderer
 :data:`RENDERER` (``"feed_json"``), which the feed views use.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: The name the feed views' renderer is registered under.
 RENDERER = "feed_json"

@@ -14,11 +14,13 @@ and the renderer once per row. The fields the rule reads
 (:attr:`ItemPolicy.rule_fields`) are projected from the database but never
 shown unless the client asked for them and may see them.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pyramid.exceptions import ConfigurationError
 from pyramid.request import Request
@@ -71,9 +73,7 @@ class ItemPolicy:
         for name in ("owner_fields", "safe_fields"):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
-                raise ConfigurationError(
-                    f"{name} must be a sequence of field names, got {value!r}"
-                )
+                raise ConfigurationError(f"{name} must be a sequence of field names, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "owner_paths", tuple(tuple(f.split(".")) for f in self.owner_fields))
         if self.restricted and not self.owner_fields:
@@ -83,17 +83,20 @@ class ItemPolicy:
         object.__setattr__(self, "masks", MappingProxyType(dict(self.masks)))
 
     @classmethod
-    def build(cls, restricted: bool, owner_fields: Sequence[str], safe_fields: Sequence[str],
-              masks: Mapping[str, Any] | None, item_view: ItemView | None) -> "ItemPolicy":
+    def build(
+        cls,
+        restricted: bool,
+        owner_fields: Sequence[str],
+        safe_fields: Sequence[str],
+        masks: Mapping[str, Any] | None,
+        item_view: ItemView | None,
+    ) -> ItemPolicy:
         """The policy of ``add_feed``'s arguments, checked: field lists must
         be sequences of names (a bare string is refused, not split)."""
         for name, value in (("owner_fields", owner_fields), ("safe_fields", safe_fields)):
             if isinstance(value, str):
-                raise ConfigurationError(
-                    f"{name} must be a sequence of field names, got the string {value!r}"
-                )
-        return cls(bool(restricted), tuple(owner_fields), tuple(safe_fields), dict(masks or {}),
-                   item_view)
+                raise ConfigurationError(f"{name} must be a sequence of field names, got the string {value!r}")
+        return cls(bool(restricted), tuple(owner_fields), tuple(safe_fields), dict(masks or {}), item_view)
 
     @property
     def active(self) -> bool:
@@ -119,9 +122,7 @@ class ItemPolicy:
 
     def is_owner(self, row: Mapping[str, Any], user: Any) -> bool:
         """True when ``user`` owns the document of ``row``."""
-        return user is not None and any(
-            lookup(row, path) == user for path in self.owner_paths
-        )
+        return user is not None and any(lookup(row, path) == user for path in self.owner_paths)
 
     def restricted_item(self, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
         """What everyone but the owner sees of a restricted row."""

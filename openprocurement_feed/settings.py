@@ -7,15 +7,17 @@ environment mapping and returns a frozen :class:`FeedSettings`, or raises a
 :class:`pyramid.exceptions.ConfigurationError` that names the setting, the
 value it got and what is allowed.
 """
+
 from __future__ import annotations
 
 import difflib
 import logging
 import math
 import re
-from types import MappingProxyType
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from pyramid.exceptions import ConfigurationError
 
@@ -46,48 +48,43 @@ class Setting:
     empty_ok: bool = False
 
 
-SETTINGS: Mapping[str, Setting] = MappingProxyType({
-    "uri": Setting("mongodb.uri", "MONGODB_URI", None),
-    "db_name": Setting("mongodb.db_name", "DB_NAME", "openprocurement"),
-    "read_preference": Setting(
-        "mongodb.read_preference", "MONGODB_READ_PREFERENCE", "primary"
-    ),
-    "write_concern": Setting("mongodb.write_concern", "MONGODB_WRITE_CONCERN", "majority"),
-    "read_concern": Setting("mongodb.read_concern", "MONGODB_READ_CONCERN", "local"),
-    "server_selection_timeout_ms": Setting(
-        "mongodb.server_selection_timeout_ms",
-        "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
-        "5000",
-    ),
-    "watermark_seconds": Setting(
-        "feed.watermark_seconds", "FEED_WATERMARK_SECONDS", "1"
-    ),
-    "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5", empty_ok=True),
-    "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
-    "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
-    "resources": Setting("feed.resources", "FEED_RESOURCES", "", empty_ok=True),
-    "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
-    "order": Setting("feed.order", "FEED_ORDER", "watermark"),
-    "sequencer": Setting("feed.sequencer", "FEED_SEQUENCER", "off"),
-    "health_path": Setting("feed.health_path", "FEED_HEALTH_PATH", "{route_prefix}/feeds/health"),
-    "health_permission": Setting("feed.health_permission", "FEED_HEALTH_PERMISSION", "",
-                                 empty_ok=True),
-    "lag_window_seconds": Setting("feed.lag_window_seconds", "FEED_LAG_WINDOW_SECONDS", "300"),
-    "checkpoint_threshold_seconds": Setting(
-        "feed.checkpoint_threshold_seconds", "FEED_CHECKPOINT_THRESHOLD_SECONDS", "5"
-    ),
-    "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", "", empty_ok=True),
-    "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", "",
-                                  empty_ok=True),
-    "long_watermark": Setting("feed.long_watermark", "FEED_LONG_WATERMARK", "false"),
-})
+SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {
+        "uri": Setting("mongodb.uri", "MONGODB_URI", None),
+        "db_name": Setting("mongodb.db_name", "DB_NAME", "openprocurement"),
+        "read_preference": Setting("mongodb.read_preference", "MONGODB_READ_PREFERENCE", "primary"),
+        "write_concern": Setting("mongodb.write_concern", "MONGODB_WRITE_CONCERN", "majority"),
+        "read_concern": Setting("mongodb.read_concern", "MONGODB_READ_CONCERN", "local"),
+        "server_selection_timeout_ms": Setting(
+            "mongodb.server_selection_timeout_ms",
+            "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
+            "5000",
+        ),
+        "watermark_seconds": Setting("feed.watermark_seconds", "FEED_WATERMARK_SECONDS", "1"),
+        "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5", empty_ok=True),
+        "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
+        "max_limit": Setting("feed.max_limit", "FEED_MAX_LIMIT", "1000"),
+        "resources": Setting("feed.resources", "FEED_RESOURCES", "", empty_ok=True),
+        "max_time_ms": Setting("feed.max_time_ms", "FEED_MAX_TIME_MS", "0"),
+        "order": Setting("feed.order", "FEED_ORDER", "watermark"),
+        "sequencer": Setting("feed.sequencer", "FEED_SEQUENCER", "off"),
+        "health_path": Setting("feed.health_path", "FEED_HEALTH_PATH", "{route_prefix}/feeds/health"),
+        "health_permission": Setting("feed.health_permission", "FEED_HEALTH_PERMISSION", "", empty_ok=True),
+        "lag_window_seconds": Setting("feed.lag_window_seconds", "FEED_LAG_WINDOW_SECONDS", "300"),
+        "checkpoint_threshold_seconds": Setting(
+            "feed.checkpoint_threshold_seconds", "FEED_CHECKPOINT_THRESHOLD_SECONDS", "5"
+        ),
+        "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", "", empty_ok=True),
+        "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", "", empty_ok=True),
+        "long_watermark": Setting("feed.long_watermark", "FEED_LONG_WATERMARK", "false"),
+    }
+)
 #: The longest watermark accepted without ``feed.long_watermark = true``.
 LONG_WATERMARK_SECONDS = 3600.0
 #: ``mongodb.*`` keys of upstream-shaped hosts that this package does not
 #: read but knows (no "unknown setting" warning for them).
 HOST_MONGODB_KEYS = frozenset({"mongodb.max_pool_size", "mongodb.min_pool_size"})
-BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
-            "false": False, "no": False, "off": False, "0": False}
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 #: The feed orders (SPEC D): by ``public_modified`` behind a watermark, or by commit.
 ORDERS = ("watermark", "commit")
 #: Where the sequencer of commit-ordered feeds runs: elsewhere, or in a thread
@@ -137,16 +134,14 @@ class FeedSettings:
         """The data folder of the embedded server, or None for a throwaway one."""
         if not self.embedded:
             return None
-        return self.uri[len(EMBEDDED_SCHEME):] or None
+        return self.uri[len(EMBEDDED_SCHEME) :] or None
 
     def collection_name(self, name: str) -> str:
         """The collection that stores the documents of feed ``name``."""
         return self.collections.get(name, name)
 
     @classmethod
-    def from_settings(
-        cls, settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
-    ) -> "FeedSettings":
+    def from_settings(cls, settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FeedSettings:
         """Parse ``settings`` (a Pyramid settings mapping) with env overrides."""
         return parse_settings(settings, environ)
 
@@ -190,9 +185,7 @@ def parse_uri(where: str, value: str | None) -> str:
     if value.startswith(EMBEDDED_SCHEME):
         return value
     if not (value.startswith("mongodb://") or value.startswith("mongodb+srv://")):
-        raise _fail(
-            where, value, "expected a mongodb:// or mongodb+srv:// URI, or embedded://"
-        )
+        raise _fail(where, value, "expected a mongodb:// or mongodb+srv:// URI, or embedded://")
     return value
 
 
@@ -217,7 +210,8 @@ def check_watermark_length(where: str, seconds: float, long_ok: bool) -> None:
     it is meant (a typo in milliseconds would hide the feed for days)."""
     if seconds > LONG_WATERMARK_SECONDS and not long_ok:
         raise _fail(
-            where, seconds,
+            where,
+            seconds,
             f"a watermark above {LONG_WATERMARK_SECONDS:.0f} seconds hides every document that "
             "long; set feed.long_watermark = true if you mean it",
         )
@@ -320,17 +314,15 @@ def parse_names(where: str, value: str) -> tuple[str, ...]:
     return names
 
 
-def parse_collections(
-    settings: Mapping[str, Any], environ: Mapping[str, str]
-) -> dict[str, str]:
+def parse_collections(settings: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
     """Collect ``mongodb.<name>_collection`` settings (env ``MONGODB_<NAME>_COLLECTION``)."""
     found: dict[str, str] = {}
     for key, value in settings.items():
         if key.startswith("mongodb.") and key.endswith("_collection"):
-            found[key[len("mongodb."):-len("_collection")]] = str(value).strip()
+            found[key[len("mongodb.") : -len("_collection")]] = str(value).strip()
     for key, value in environ.items():
         if key.startswith("MONGODB_") and key.endswith("_COLLECTION") and value:
-            found[key[len("MONGODB_"):-len("_COLLECTION")].lower()] = value.strip()
+            found[key[len("MONGODB_") : -len("_COLLECTION")].lower()] = value.strip()
     for name, collection in found.items():
         if not collection or "$" in collection or "\x00" in collection:
             raise _fail(
@@ -341,9 +333,7 @@ def parse_collections(
     return found
 
 
-def parse_settings(
-    settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
-) -> FeedSettings:
+def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FeedSettings:
     """Build :class:`FeedSettings` from a settings mapping and an environment.
 
     :raises pyramid.exceptions.ConfigurationError: for a missing or bad value.
@@ -358,15 +348,13 @@ def parse_settings(
     uri = parse_uri(*_raw("uri", settings, env))
     where, db_name = raw("db_name")
     if not db_name or any(c in db_name for c in '/\\. "$\x00'):
-        raise _fail(where, db_name, "expected a database name without / \\ . \" $ or spaces")
+        raise _fail(where, db_name, 'expected a database name without / \\ . " $ or spaces')
     max_limit = parse_positive_int(*raw("max_limit"))
     route_prefix = parse_route_prefix(*raw("route_prefix"))
     default_where, default_value = raw("default_limit")
     default_limit = parse_positive_int(default_where, default_value)
     if default_limit > max_limit:
-        raise _fail(
-            default_where, default_value, f"expected at most feed.max_limit ({max_limit})"
-        )
+        raise _fail(default_where, default_value, f"expected at most feed.max_limit ({max_limit})")
     long_watermark = parse_bool(*raw("long_watermark"))
     watermark_where, watermark_value = raw("watermark_seconds")
     watermark_seconds = parse_watermark(watermark_where, watermark_value)
@@ -378,9 +366,7 @@ def parse_settings(
         read_preference=parse_choice(*raw("read_preference"), READ_PREFERENCES),
         write_concern=parse_write_concern(*raw("write_concern")),
         read_concern=parse_choice(*raw("read_concern"), READ_CONCERNS),
-        server_selection_timeout_ms=parse_positive_int(
-            *raw("server_selection_timeout_ms"), upper=600_000
-        ),
+        server_selection_timeout_ms=parse_positive_int(*raw("server_selection_timeout_ms"), upper=600_000),
         watermark_seconds=watermark_seconds,
         route_prefix=route_prefix,
         default_limit=default_limit,

@@ -24,10 +24,12 @@ index creation, the sequencer and the health view use
 (:class:`FeedBackend`); :class:`~.database.FeedStore`, the ready-made store,
 has that interface itself.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
 from pymongo import MongoClient
 from pymongo.collection import Collection
@@ -62,13 +64,13 @@ class FeedBackend(Protocol):
 
     db: Database
 
-    def feed_page(self, collection: Collection, fields: Iterable[str],
-                  **options: Any) -> list[dict[str, Any]]: ...
+    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]: ...
 
     def feed_order(self, name: str | None = None) -> FeedOrder: ...
 
-    def ensure_feed_indexes(self, collection: Collection, scope_fields: Iterable[str] = (),
-                            key: str = PUBLIC_MODIFIED) -> list[str]: ...
+    def ensure_feed_indexes(
+        self, collection: Collection, scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+    ) -> list[str]: ...
 
     def collection(self, name: str) -> Collection: ...
 
@@ -131,8 +133,9 @@ class HostStore:
     Closing is the host's business: :meth:`close` leaves its client open.
     """
 
-    def __init__(self, store: Any, accessor: CollectionAccessor | None = None,
-                 database: Database | None = None) -> None:
+    def __init__(
+        self, store: Any, accessor: CollectionAccessor | None = None, database: Database | None = None
+    ) -> None:
         check_store(store)
         self.store = store
         self.accessor: CollectionAccessor = accessor or default_accessor
@@ -145,8 +148,7 @@ class HostStore:
             raise AttributeError(name)
         return getattr(store, name)
 
-    def feed_page(self, collection: Collection, fields: Iterable[str],
-                  **options: Any) -> list[dict[str, Any]]:
+    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]:
         """The host store's :meth:`~.database.FeedStoreMixin.feed_page`."""
         return self.store.feed_page(collection, fields, **options)  # type: ignore[no-any-return]
 
@@ -154,8 +156,9 @@ class HostStore:
         """The host store's :meth:`~.database.FeedStoreMixin.feed_order`."""
         return self.store.feed_order(name)  # type: ignore[no-any-return]
 
-    def ensure_feed_indexes(self, collection: Collection, scope_fields: Iterable[str] = (),
-                            key: str = PUBLIC_MODIFIED) -> list[str]:
+    def ensure_feed_indexes(
+        self, collection: Collection, scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+    ) -> list[str]:
         """The host store's :meth:`~.database.FeedStoreMixin.ensure_feed_indexes`."""
         return self.store.ensure_feed_indexes(collection, scope_fields, key)  # type: ignore[no-any-return]
 

@@ -20,6 +20,7 @@ documents appear in a feed), :func:`save_in_the_past` (fixtures stamped in
 the past, visible at once) and :func:`serve_http` (the app on a loopback
 port, for tests over real HTTP).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,10 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.request import Request as UrlRequest
 from urllib.request import urlopen
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -63,7 +65,9 @@ def wait_watermark(seconds: float = TEST_WATERMARK) -> None:
 
 
 def wait_visible(
-    read_ids: Callable[[], Iterable[str]], ids: Iterable[str], timeout: float = 10.0,
+    read_ids: Callable[[], Iterable[str]],
+    ids: Iterable[str],
+    timeout: float = 10.0,
     poll: float = 0.05,
 ) -> set[str]:
     """Poll ``read_ids()`` (e.g. a crawl of the feed) until every id of
@@ -84,7 +88,9 @@ def wait_visible(
 
 
 def save_in_the_past(
-    store: Any, collection: Any, docs: Iterable[Mapping[str, Any]],
+    store: Any,
+    collection: Any,
+    docs: Iterable[Mapping[str, Any]],
     seconds_ago: float = PAST_SECONDS,
 ) -> list[dict[str, Any]]:
     """Insert ``docs`` through ``store.save_data`` with ``public_modified``
@@ -96,15 +102,13 @@ def save_in_the_past(
     for number, doc in enumerate(docs):
         data = {"_id": uuid.uuid4().hex, "status": "active", **doc}
         data.setdefault("public_modified", round(start + number / 1000, 3))
-        data.setdefault(
-            "dateModified", datetime.fromtimestamp(data["public_modified"], timezone.utc).isoformat()
-        )
+        data.setdefault("dateModified", datetime.fromtimestamp(data["public_modified"], timezone.utc).isoformat())
         saved.append(store.save_data(collection, data, insert=True, modified=False))
     return saved
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -133,8 +137,9 @@ def get_json(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, A
         return error.code, json.loads(error.read() or b"null")
 
 
-def crawl(base_url: str, path: str, headers: Mapping[str, str] | None = None,
-          query: str = "", max_pages: int = 1000) -> list[dict[str, Any]]:
+def crawl(
+    base_url: str, path: str, headers: Mapping[str, str] | None = None, query: str = "", max_pages: int = 1000
+) -> list[dict[str, Any]]:
     """Every item of a feed, following ``next_page`` until an empty page."""
     items: list[dict[str, Any]] = []
     url = f"{base_url}{path}?{query}"

@@ -18,11 +18,12 @@ It is registered by :func:`openprocurement_feed.includeme` under
 ``pyramid.tweens.INGRESS``, so it covers every route of the application —
 the feeds, the host's own routes and unknown paths alike.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import unquote_to_bytes
 
 from pyramid.registry import Registry
@@ -69,8 +70,7 @@ def query_error(query_string: str) -> UrlError | None:
     try:
         data = query_string.encode("latin-1")
     except UnicodeEncodeError:  # not what a WSGI server can hand over
-        return UrlError(400, "querystring", "querystring",
-                        "The query string holds characters that are not bytes")
+        return UrlError(400, "querystring", "querystring", "The query string holds characters that are not bytes")
     for pair in data.replace(b"+", b" ").replace(b";", b"&").split(b"&"):
         if not pair:
             continue
@@ -78,7 +78,9 @@ def query_error(query_string: str) -> UrlError | None:
         name = _decode(unquote_to_bytes(raw_name))
         if name is None:
             return UrlError(
-                400, "querystring", "querystring",
+                400,
+                "querystring",
+                "querystring",
                 "Invalid parameter name (not UTF-8): " + _shown(raw_name.decode("latin-1")),
             )
         if _decode(unquote_to_bytes(raw_value)) is None:
@@ -111,8 +113,10 @@ def error_response(error: UrlError) -> Response:
     """The JSON error response for ``error``."""
     body = error_body(error.location, error.name, error.description)
     return Response(
-        body=json.dumps(body).encode("utf-8"), status=error.status,
-        content_type="application/json", charset="utf-8",
+        body=json.dumps(body).encode("utf-8"),
+        status=error.status,
+        content_type="application/json",
+        charset="utf-8",
     )
 
 

@@ -4,12 +4,14 @@
 service ``GET {route_prefix}/{path}``; the view never builds a database
 filter beyond the scope equality, and the store never sees HTTP.
 """
+
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 from cornice import Service
@@ -77,9 +79,7 @@ class FeedDefinition:
         return self.scope_field or self.scope
 
 
-def page_offsets(
-    rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None
-) -> tuple[str, str]:
+def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None) -> tuple[str, str]:
     """The ``(next, prev)`` offsets of a page (sorted in the feed's order,
     watermark order by default): its last and first rows'.
 
@@ -117,8 +117,11 @@ def page_link(
     """A ``{"offset", "path", "uri"}`` link to the current route with ``params``
     (``path`` and ``host_url``: the request's, when the caller has them already)."""
     path = (request.path if path is None else path) + "?" + query_string(params)
-    return {"offset": params["offset"], "path": path,
-            "uri": (request.host_url if host_url is None else host_url) + path}
+    return {
+        "offset": params["offset"],
+        "path": path,
+        "uri": (request.host_url if host_url is None else host_url) + path,
+    }
 
 
 def render_item(row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
@@ -177,9 +180,7 @@ def render_page(
         "next_page": page_link(request, params.link_params(next_offset), path, host_url),
     }
     if params.descending or params.raw_offset:
-        body["prev_page"] = page_link(
-            request, params.link_params(prev_offset, flip=True), path, host_url
-        )
+        body["prev_page"] = page_link(request, params.link_params(prev_offset, flip=True), path, host_url)
     return body
 
 
@@ -287,9 +288,7 @@ def add_feed(
         raise ConfigurationError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
     order = order or settings.order
     if order not in ORDERS:
-        raise ConfigurationError(
-            f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}"
-        )
+        raise ConfigurationError(f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}")
     try:
         policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
     except ConfigurationError as error:
@@ -332,8 +331,12 @@ def add_feed(
             check(feed.collection)
         create_indexes(store, feed)
         log.info(
-            "Feed %r: GET %s, collection %r, %s order, W = %s s%s", name, full_path,
-            feed.collection, feed.order, settings.watermark_seconds,
+            "Feed %r: GET %s, collection %r, %s order, W = %s s%s",
+            name,
+            full_path,
+            feed.collection,
+            feed.order,
+            settings.watermark_seconds,
             ", restricted" if policy.restricted else "",
         )
 
@@ -374,7 +377,8 @@ def create_indexes(store: Any, feed: FeedDefinition) -> None:
             store.ensure_feed_indexes(
                 # beside the documents, in the store's database (not the host's
                 # collection accessor: the package owns that collection)
-                store.db.get_collection(positions_name(feed.collection)), scope_fields,
+                store.db.get_collection(positions_name(feed.collection)),
+                scope_fields,
                 COMMITTED_TS,
             )
     except PyMongoError as error:

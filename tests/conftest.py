@@ -6,11 +6,13 @@ them: the embedded SecantusDB server is started once per session; with
 ``MONGODB_URI`` set, that server (a MongoDB replica set) is used instead.
 Every test gets a database of its own, dropped afterwards.
 """
+
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -26,11 +28,21 @@ __all__ = ["TEST_WATERMARK", "wait_watermark"]
 @pytest.fixture(autouse=True)
 def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     """Environment overrides of a developer's shell must not leak into tests."""
-    for name in ("DB_NAME", "FEED_WATERMARK_SECONDS", "FEED_ROUTE_PREFIX",
-                 "FEED_DEFAULT_LIMIT", "FEED_MAX_LIMIT", "FEED_RESOURCES",
-                 "DEMO_WRITE_DELAY_MS", "MONGODB_READ_PREFERENCE",
-                 "MONGODB_WRITE_CONCERN", "MONGODB_READ_CONCERN",
-                 "MONGODB_SERVER_SELECTION_TIMEOUT_MS", "FEED_ORDER", "FEED_SEQUENCER"):
+    for name in (
+        "DB_NAME",
+        "FEED_WATERMARK_SECONDS",
+        "FEED_ROUTE_PREFIX",
+        "FEED_DEFAULT_LIMIT",
+        "FEED_MAX_LIMIT",
+        "FEED_RESOURCES",
+        "DEMO_WRITE_DELAY_MS",
+        "MONGODB_READ_PREFERENCE",
+        "MONGODB_WRITE_CONCERN",
+        "MONGODB_READ_CONCERN",
+        "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
+        "FEED_ORDER",
+        "FEED_SEQUENCER",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -95,9 +107,7 @@ def wait_sequenced(db: Any, collection: str = "tenders", timeout: float = 10.0) 
             for doc_id, doc in docs.items()
         )
         tombstoned = all(entry.get("deleted") or entry["_id"] in docs for entry in entries.values())
-        covered = checkpoint is not None and all(
-            entry["committed_ts"] <= checkpoint for entry in entries.values()
-        )
+        covered = checkpoint is not None and all(entry["committed_ts"] <= checkpoint for entry in entries.values())
         if current and tombstoned and covered:
             return checkpoint
         if time.monotonic() > deadline:

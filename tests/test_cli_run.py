@@ -1,5 +1,6 @@
 """``openprocurement-feed run`` as a user runs it: a real process on a real
 port, data in the feed, and a clean stop on Ctrl-C with no database left."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,27 @@ def alive(pid: int) -> bool:
 def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [str(SCRIPT), "run", "--port", str(port), "--tenders", "5", "--plans", "3", "--contracts", "2",
-         "--rate", "4", "--watermark", "0.3", "--status-every", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            str(SCRIPT),
+            "run",
+            "--port",
+            str(port),
+            "--tenders",
+            "5",
+            "--plans",
+            "3",
+            "--contracts",
+            "2",
+            "--rate",
+            "4",
+            "--watermark",
+            "0.3",
+            "--status-every",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}/api/2.5/tenders"
     try:
@@ -132,8 +151,12 @@ def test_the_filter_does_not_hide_the_users_warnings() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "(mine)" in result.stderr
     assert "pyramid" not in result.stderr
-    plain = subprocess.run([sys.executable, "-W", "default", "-c", "import openprocurement_feed"],
-                           capture_output=True, text=True, timeout=60)
+    plain = subprocess.run(
+        [sys.executable, "-W", "default", "-c", "import openprocurement_feed"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "pkg_resources is deprecated" in plain.stderr, "a host application still sees it"
 
 

@@ -1,5 +1,6 @@
 """The sync client's parts: de-duplication memory, state file, URL building,
 Retry-After, and how odd answers of a real HTTP server are reported."""
+
 from __future__ import annotations
 
 import email.utils
@@ -7,9 +8,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -114,8 +116,17 @@ def test_state_file_of_another_feed_is_refused(tmp_path: Path) -> None:
         ("[]", "not a sync state file"),
         (json.dumps({"format": "openprocurement-feed-sync-state", "version": 99}), "version 99"),
         (json.dumps({"format": "openprocurement-feed-sync-state", "version": 1, "feed": {}}), "damaged"),
-        (json.dumps({"format": "openprocurement-feed-sync-state", "version": 1,
-                     "feed": {"url": "http://x"}, "forward_offset": 12}), "damaged"),
+        (
+            json.dumps(
+                {
+                    "format": "openprocurement-feed-sync-state",
+                    "version": 1,
+                    "feed": {"url": "http://x"},
+                    "forward_offset": 12,
+                }
+            ),
+            "damaged",
+        ),
     ],
 )
 def test_damaged_state_files_are_reported(tmp_path: Path, content: str, message: str) -> None:
@@ -149,8 +160,9 @@ def test_feed_url_keeps_extra_params_and_drops_managed_ones() -> None:
     identity, extra = split_feed_url(
         "http://h/api/2.5/tenders?offset=1.2&descending=1&limit=7&mode=test&opt_fields=status,title&feed=changes"
     )
-    assert identity == FeedIdentity(url="http://h/api/2.5/tenders?feed=changes", mode="test",
-                                    opt_fields=("status", "title"))
+    assert identity == FeedIdentity(
+        url="http://h/api/2.5/tenders?feed=changes", mode="test", opt_fields=("status", "title")
+    )
     assert extra == [("feed", "changes")]
     identity, _ = split_feed_url("http://h/t?mode=test", mode="", opt_fields=["tenderID", " status", ""])
     assert identity.mode == "" and identity.opt_fields == ("status", "tenderID")
@@ -165,9 +177,7 @@ def test_request_urls_carry_params_and_opaque_offsets() -> None:
             "http://h:8/api/2.5/tenders?feed=changes&limit=50&mode=_all_&opt_fields=status&descending=1"
         )
         # offsets are passed on exactly, whatever they look like
-        assert http.request_url("2024-01-01T00:00:00+02:00").endswith(
-            "&offset=2024-01-01T00%3A00%3A00%2B02%3A00"
-        )
+        assert http.request_url("2024-01-01T00:00:00+02:00").endswith("&offset=2024-01-01T00%3A00%3A00%2B02%3A00")
         assert http.request_url("") == "http://h:8/api/2.5/tenders?feed=changes&limit=50&mode=_all_&opt_fields=status"
         assert http.session.headers["User-Agent"] == user_agent()
     finally:
@@ -191,7 +201,7 @@ def test_retry_after_seconds_and_http_dates() -> None:
 class Canned(BaseHTTPRequestHandler):
     """Answers every GET with ``server.answer`` = (status, headers, body)."""
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         answer = self.server.answer  # type: ignore[attr-defined]
         status, headers, body = answer(self.path) if callable(answer) else answer
         self.server.seen.append((self.path, self.headers.get("User-Agent")))  # type: ignore[attr-defined]
@@ -218,8 +228,9 @@ def canned() -> Iterator[Any]:
     server.server_close()
 
 
-def fetch(server: Any, answer: tuple[int, dict[str, str], str], offset: str | None = None,
-          retry: RetryPolicy = RetryPolicy()) -> Any:
+def fetch(
+    server: Any, answer: tuple[int, dict[str, str], str], offset: str | None = None, retry: RetryPolicy = RetryPolicy()
+) -> Any:
     server.answer = answer
     http = FeedHTTP(f"http://127.0.0.1:{server.server_address[1]}/api/2.5/tenders", retry=retry)
     try:
@@ -229,8 +240,12 @@ def fetch(server: Any, answer: tuple[int, dict[str, str], str], offset: str | No
 
 
 JSON = {"Content-Type": "application/json"}
-ERROR = json.dumps({"status": "error", "errors": [
-    {"location": "querystring", "name": "limit", "description": "Invalid limit provided: x"}]})
+ERROR = json.dumps(
+    {
+        "status": "error",
+        "errors": [{"location": "querystring", "name": "limit", "description": "Invalid limit provided: x"}],
+    }
+)
 
 
 def test_odd_answers_are_clear_errors(canned: Any) -> None:
@@ -238,9 +253,9 @@ def test_odd_answers_are_clear_errors(canned: Any) -> None:
         fetch(canned, (400, JSON, ERROR))
     with pytest.raises(FeedError, match="did not return JSON"):
         fetch(canned, (200, {"Content-Type": "text/html"}, "<html>hello</html>"))
-    with pytest.raises(FeedError, match="no \"data\" list"):
+    with pytest.raises(FeedError, match='no "data" list'):
         fetch(canned, (200, JSON, json.dumps({"items": []})))
-    with pytest.raises(FeedError, match="no \"next_page\" offset"):
+    with pytest.raises(FeedError, match='no "next_page" offset'):
         fetch(canned, (200, JSON, json.dumps({"data": [], "next_page": {"offset": 1.5}})))
     with pytest.raises(FeedError, match="HTTP 404"):
         fetch(canned, (404, JSON, "{}"))  # no offset: a wrong URL, not a stale cursor
@@ -252,9 +267,11 @@ def test_odd_answers_are_clear_errors(canned: Any) -> None:
 
 
 def test_a_page_reports_the_echoed_limit(canned: Any) -> None:
-    body = {"data": [{"id": "a", "dateModified": "1"}],
-            "next_page": {"offset": "1.5.1.x", "path": "/api/2.5/tenders?limit=1000&offset=1.5.1.x"},
-            "prev_page": {"offset": "1.4.1.y", "uri": "http://elsewhere/api/2.5/tenders?offset=1.4.1.y"}}
+    body = {
+        "data": [{"id": "a", "dateModified": "1"}],
+        "next_page": {"offset": "1.5.1.x", "path": "/api/2.5/tenders?limit=1000&offset=1.5.1.x"},
+        "prev_page": {"offset": "1.4.1.y", "uri": "http://elsewhere/api/2.5/tenders?offset=1.4.1.y"},
+    }
     page = fetch(canned, (200, JSON, json.dumps(body)), offset="1.0")
     assert page.items == body["data"] and page.next_offset == "1.5.1.x"
     assert page.prev_offset == "1.4.1.y" and page.limit == 1000
@@ -264,7 +281,7 @@ def test_a_page_reports_the_echoed_limit(canned: Any) -> None:
 def test_a_feed_without_prev_page_is_refused(canned: Any) -> None:
     canned.answer = (200, JSON, json.dumps({"data": [{"id": "a", "dateModified": "1"}], "next_page": {"offset": "1"}}))
     url = f"http://127.0.0.1:{canned.server_address[1]}/api/2.5/tenders"
-    with FeedSync(url, lambda batch: None) as sync, pytest.raises(FeedError, match="no \"prev_page\""):
+    with FeedSync(url, lambda batch: None) as sync, pytest.raises(FeedError, match='no "prev_page"'):
         sync.run()
 
 
@@ -290,9 +307,13 @@ def scripted(backward_items: list[dict[str, str]]) -> Any:
         elif "offset=b1" in path:
             body = {"data": backward_items, "next_page": {"offset": "b1"}, "prev_page": {"offset": "b0"}}
         else:
-            body = {"data": [{"id": "a", "dateModified": "1"}], "next_page": {"offset": "b1"},
-                    "prev_page": {"offset": "f1"}}
+            body = {
+                "data": [{"id": "a", "dateModified": "1"}],
+                "next_page": {"offset": "b1"},
+                "prev_page": {"offset": "f1"},
+            }
         return 200, JSON, json.dumps(body)
+
     return answer
 
 

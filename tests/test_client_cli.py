@@ -1,4 +1,5 @@
 """``openprocurement-feed sync`` against the demo API over real HTTP."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -24,11 +26,13 @@ W = 0.2
 
 @pytest.fixture
 def demo(mongodb_uri: str, db_name: str) -> Iterator[DemoServer]:
-    server = DemoServer({
-        "mongodb.uri": mongodb_uri,
-        "mongodb.db_name": db_name,
-        "feed.watermark_seconds": str(W),
-    }).start()
+    server = DemoServer(
+        {
+            "mongodb.uri": mongodb_uri,
+            "mongodb.db_name": db_name,
+            "feed.watermark_seconds": str(W),
+        }
+    ).start()
     yield server
     server.close()
 
@@ -37,14 +41,25 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_sync_writes_items_resumes_and_reports(demo: DemoServer, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_sync_writes_items_resumes_and_reports(
+    demo: DemoServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ids = create_tenders(demo.api_url, 45, seed=11)
     time.sleep(W + 0.15)
     url = demo.api_url + "/tenders"
     state, out = tmp_path / "state.json", tmp_path / "items.jsonl"
-    argv = ["sync", url, "--state", str(state), "--out", str(out), "--limit", "10",
-            "--opt-fields", "status,tenderID,bogus"]
+    argv = [
+        "sync",
+        url,
+        "--state",
+        str(state),
+        "--out",
+        str(out),
+        "--limit",
+        "10",
+        "--opt-fields",
+        "status,tenderID,bogus",
+    ]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "Synced 45 items" in err and "Backward crawl: done" in err and "caught up" in err
@@ -63,8 +78,9 @@ def test_sync_writes_items_resumes_and_reports(demo: DemoServer, tmp_path: Path,
     assert len(items) == 46 and items[-1]["id"] == ids[0]
 
 
-def test_sync_refuses_bad_input_with_one_line(demo: DemoServer, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_sync_refuses_bad_input_with_one_line(
+    demo: DemoServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = demo.api_url + "/tenders"
     state = tmp_path / "state.json"
     assert main(["sync", url, "--state", str(state), "--no-progress"]) == 0
@@ -97,8 +113,7 @@ def test_sync_refuses_bad_input_with_one_line(demo: DemoServer, tmp_path: Path,
         assert message in capsys.readouterr().err
 
     # a server that is not a feed: a clear message, exit status 1
-    assert main(["sync", demo.url + "/nothing-here", "--state", str(tmp_path / "n.json"),
-                 "--no-progress"]) == 1
+    assert main(["sync", demo.url + "/nothing-here", "--state", str(tmp_path / "n.json"), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "HTTP 404" in err and "Traceback" not in err
 
@@ -108,9 +123,25 @@ def test_follow_shows_progress_and_stops_cleanly_on_ctrl_c(demo: DemoServer, tmp
     time.sleep(W + 0.15)
     state, out = tmp_path / "state.json", tmp_path / "items.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "openprocurement_feed.cli", "sync", demo.api_url + "/tenders",
-         "--state", str(state), "--out", str(out), "--follow", "--poll", "0.1", "--limit", "7"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "openprocurement_feed.cli",
+            "sync",
+            demo.api_url + "/tenders",
+            "--state",
+            str(state),
+            "--out",
+            str(out),
+            "--follow",
+            "--poll",
+            "0.1",
+            "--limit",
+            "7",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "COLUMNS": "150"},
     )
     try:

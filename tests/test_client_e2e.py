@@ -1,6 +1,7 @@
 """The sync client end to end: the demo API over real HTTP on loopback, the
 embedded database, concurrent writers, crashes, and a fault-injecting
 middleware plus a connection-dropping proxy in front of the API."""
+
 from __future__ import annotations
 
 import email.utils
@@ -9,7 +10,8 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -48,8 +50,9 @@ class FaultyFeed:
         self.user_agents: set[str] = set()
         self.injected: list[int] = []
 
-    def add(self, status: int, headers: dict[str, str] | None = None, count: int = 1,
-            only_with_offset: bool = False) -> None:
+    def add(
+        self, status: int, headers: dict[str, str] | None = None, count: int = 1, only_with_offset: bool = False
+    ) -> None:
         """Answer the next ``count`` feed requests with ``status``."""
         with self.lock:
             for _ in range(count):
@@ -70,13 +73,23 @@ class FaultyFeed:
                     self.injected.append(fault[0])
             if fault is not None:
                 status, headers, _ = fault
-                body = json.dumps({"status": "error", "errors": [
-                    {"location": "querystring", "name": "offset" if status == 404 else "fault",
-                     "description": f"injected {status}"}]}).encode()
+                body = json.dumps(
+                    {
+                        "status": "error",
+                        "errors": [
+                            {
+                                "location": "querystring",
+                                "name": "offset" if status == 404 else "fault",
+                                "description": f"injected {status}",
+                            }
+                        ],
+                    }
+                ).encode()
                 reason = {404: "Not Found", 429: "Too Many Requests", 503: "Service Unavailable"}
-                start_response(f"{status} {reason.get(status, 'Error')}", [
-                    ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                    *headers.items()])
+                start_response(
+                    f"{status} {reason.get(status, 'Error')}",
+                    [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()],
+                )
                 return [body]
         return self.app(environ, start_response)
 
@@ -346,6 +359,7 @@ def crashing(collector: Collector, after_pages: int, direction: str | None = Non
             calls["n"] += 1
             if calls["n"] == after_pages:
                 raise Crash
+
     return handle
 
 
@@ -444,9 +458,7 @@ def test_faults_are_waited_out_and_nothing_is_lost(faulty: tuple[FaultyFeed, Dro
     assert 1.0 in waits  # Retry-After: 1 obeyed as sent
     assert any(0.9 <= wait <= 2.0 for wait in waits if wait != 1.0)  # the HTTP-date form
     assert all(wait >= FAST_RETRY.initial_backoff for wait in waits)  # never a tight loop
-    assert faults.user_agents and all(
-        agent.startswith("openprocurement-feed-sync/") for agent in faults.user_agents
-    )
+    assert faults.user_agents and all(agent.startswith("openprocurement-feed-sync/") for agent in faults.user_agents)
 
 
 def test_gives_up_with_a_clear_error(faulty: tuple[FaultyFeed, DropProxy, str, Any]) -> None:

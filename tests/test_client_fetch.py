@@ -3,6 +3,7 @@ feed names (``GET {feed}/{id}``) from the demo API on a real HTTP server,
 through faults injected in front of the object reads (429 with Retry-After,
 503, dropped connections, an object deleted meanwhile), and across a kill
 and restart of the command."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,17 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
+from test_client_e2e import FAST_RETRY, DropProxy, Served, W, demo_settings, wait_watermark
 
 from openprocurement_feed.client import Batch, FeedError, FeedSync
 from openprocurement_feed.client.objects import ObjectFetcher
 from openprocurement_feed.demo.load import create_tenders
 from openprocurement_feed.demo.server import DemoServer
-
-from test_client_e2e import FAST_RETRY, W, DropProxy, Served, demo_settings, wait_watermark
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,12 +68,17 @@ class ObjectFaults:
         try:
             if fault is not None:
                 status, headers = fault
-                body = json.dumps({"status": "error", "errors": [
-                    {"location": "url", "name": "fault", "description": f"injected {status}"}]}).encode()
+                body = json.dumps(
+                    {
+                        "status": "error",
+                        "errors": [{"location": "url", "name": "fault", "description": f"injected {status}"}],
+                    }
+                ).encode()
                 reason = {429: "Too Many Requests", 503: "Service Unavailable"}
-                start_response(f"{status} {reason.get(status, 'Error')}", [
-                    ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                    *headers.items()])
+                start_response(
+                    f"{status} {reason.get(status, 'Error')}",
+                    [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()],
+                )
                 return [body]
             if gone:
                 self.store.collection("tenders").delete_one({"_id": object_id})
@@ -118,8 +124,9 @@ def test_fetch_delivers_whole_objects_in_page_order(served: tuple[ObjectFaults, 
     ids = create_tenders(api, 45, seed=21)
     wait_watermark()
     collector = ObjectCollector()
-    with FeedSync(api + "/tenders", collector, None, limit=10, fetch_objects=True,
-                  fetch_concurrency=4, retry=FAST_RETRY) as sync:
+    with FeedSync(
+        api + "/tenders", collector, None, limit=10, fetch_objects=True, fetch_concurrency=4, retry=FAST_RETRY
+    ) as sync:
         stats = sync.run()
     assert set(collector.objects) == set(ids)
     assert stats.objects == 45 and stats.objects_missing == 0
@@ -161,8 +168,16 @@ def test_fetch_waits_out_faults_and_skips_objects_deleted_meanwhile(
             plan[pages["n"]]()
 
     with caplog.at_level("WARNING", logger="openprocurement_feed.client.objects"):
-        with FeedSync(api + "/tenders", handle, None, limit=8, fetch_objects=True,
-                      fetch_concurrency=3, retry=FAST_RETRY, sleep=sleep) as sync:
+        with FeedSync(
+            api + "/tenders",
+            handle,
+            None,
+            limit=8,
+            fetch_objects=True,
+            fetch_concurrency=3,
+            retry=FAST_RETRY,
+            sleep=sleep,
+        ) as sync:
             stats = sync.run()
     assert set(collector.objects) == set(ids) - {deleted}
     assert stats.objects_missing == 1
@@ -183,8 +198,7 @@ def test_fetch_gives_up_on_an_object_error_without_saving_the_page(
     wait_watermark()
     faults.add(403)
     state = tmp_path / "state.json"
-    with FeedSync(api + "/tenders", lambda batch: None, state, limit=5, fetch_objects=True,
-                  retry=FAST_RETRY) as sync:
+    with FeedSync(api + "/tenders", lambda batch: None, state, limit=5, fetch_objects=True, retry=FAST_RETRY) as sync:
         with pytest.raises(FeedError, match="HTTP 403"):
             sync.run()
         assert sync.stats.items == 0
@@ -219,11 +233,26 @@ def test_fetch_command_loses_nothing_across_a_kill(mongodb_uri: str, db_name: st
         ids = create_tenders(server.api_url, 150, seed=24)
         time.sleep(W + 0.15)
         state, out = tmp_path / "state.json", tmp_path / "objects.jsonl"
-        command = [sys.executable, "-m", "openprocurement_feed.cli", "sync",
-                   server.api_url + "/tenders", "--state", str(state), "--out", str(out),
-                   "--limit", "5", "--fetch", "--fetch-concurrency", "3", "--no-progress"]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=dict(os.environ))
+        command = [
+            sys.executable,
+            "-m",
+            "openprocurement_feed.cli",
+            "sync",
+            server.api_url + "/tenders",
+            "--state",
+            str(state),
+            "--out",
+            str(out),
+            "--limit",
+            "5",
+            "--fetch",
+            "--fetch-concurrency",
+            "3",
+            "--no-progress",
+        ]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+        )
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and len(_lines(out)) < 40:

@@ -2,18 +2,19 @@
 commit-ordered feed (SPEC D) over real HTTP: with concurrent transactional
 writers, and across a switch of the deployment's feed order in both
 directions (offsets saved in one order, resumed in the other)."""
+
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -41,8 +42,9 @@ SEQUENCED_TIMEOUT = 30.0
 # -- helpers --------------------------------------------------------------------
 
 
-def app_settings(mongodb_uri: str, db_name: str, order: str, delay: str = "5-40",
-                 watermark: float = W) -> dict[str, str]:
+def app_settings(
+    mongodb_uri: str, db_name: str, order: str, delay: str = "5-40", watermark: float = W
+) -> dict[str, str]:
     """Ini settings of the demo app in ``order``; a commit-ordered app runs
     its sequencer in a thread. Every write is a transaction held open
     ``delay`` ms after its stamp."""
@@ -76,13 +78,11 @@ def wait_sequenced(store: Any, timeout: float = SEQUENCED_TIMEOUT) -> None:
     while True:
         revs = {doc["_id"]: doc["_rev"] for doc in tenders.find({}, {"_rev": 1})}
         entries = {
-            entry["_id"]: entry
-            for entry in positions.find({"_id": {"$in": list(revs)}}, {"rev": 1, "committed_ts": 1})
+            entry["_id"]: entry for entry in positions.find({"_id": {"$in": list(revs)}}, {"rev": 1, "committed_ts": 1})
         }
         checkpoint = (positions.find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}).get("checkpoint")
         if checkpoint is not None and all(
-            key in entries and entries[key].get("rev") == rev
-            and entries[key]["committed_ts"] <= checkpoint
+            key in entries and entries[key].get("rev") == rev and entries[key]["committed_ts"] <= checkpoint
             for key, rev in revs.items()
         ):
             return
@@ -104,8 +104,7 @@ def held(items: Iterable[dict[str, Any]]) -> dict[str, str]:
 
 def patch(api_url: str, ids: Iterable[str], title: str, http: requests.Session) -> None:
     for tender_id in ids:
-        http.patch(f"{api_url}/tenders/{tender_id}", json={"data": {"title": title}},
-                   timeout=30).raise_for_status()
+        http.patch(f"{api_url}/tenders/{tender_id}", json={"data": {"title": title}}, timeout=30).raise_for_status()
 
 
 class Collector:
@@ -196,8 +195,7 @@ def apps(mongodb_uri: str, db_name: str) -> Iterator[Callable[[str], Any]]:
 
 def cli_sync(url: str, state: Path, out: Path) -> int:
     """``openprocurement-feed sync URL --state FILE --out FILE`` until caught up."""
-    return cli_main(["sync", url, "--state", str(state), "--out", str(out), "--limit", "10",
-                     "--no-progress"])
+    return cli_main(["sync", url, "--state", str(state), "--out", str(out), "--limit", "10", "--no-progress"])
 
 
 # -- concurrent writers ---------------------------------------------------------
@@ -221,18 +219,33 @@ def test_crawler_and_check_against_a_commit_feed_under_concurrent_writers(
         url = server.api_url + "/tenders"
         ids = create_tenders(server.api_url, 60, seed=21)
         state, out = tmp_path / "state.json", tmp_path / "items.jsonl"
-        writers = [PatchWriter(server.api_url, ids, rate=30, seed=n, name=f"writer-{n}")
-                   for n in range(3)]
+        writers = [PatchWriter(server.api_url, ids, rate=30, seed=n, name=f"writer-{n}") for n in range(3)]
         for writer in writers:
             writer.start()
         time.sleep(0.3)
         process = subprocess.Popen(
-            [sys.executable, "-m", "openprocurement_feed.cli", "sync", url, "--state", str(state),
-             "--out", str(out), "--follow", "--poll", "0.05", "--limit", "10", "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "openprocurement_feed.cli",
+                "sync",
+                url,
+                "--state",
+                str(state),
+                "--out",
+                str(out),
+                "--follow",
+                "--poll",
+                "0.05",
+                "--limit",
+                "10",
+                "--no-progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        status = cli_main(["check", url, "--duration", "3", "--wait", "0.2", "--interval", "0.1",
-                           "--limit", "20"])
+        status = cli_main(["check", url, "--duration", "3", "--wait", "0.2", "--interval", "0.1", "--limit", "20"])
         report = capsys.readouterr().out
         for writer in writers:
             writer.stop()
@@ -335,8 +348,7 @@ def test_switch_from_watermark_to_commit_order_loses_nothing(
         before = json.loads(state.read_text())
         assert before["backward_done"] and not is_position_offset(before["forward_offset"])
         store = watermark_app.registry.feed_store
-        unseen = {key for key, value in database_state(store).items()
-                  if held(read_lines(out)).get(key) != value}
+        unseen = {key for key, value in database_state(store).items() if held(read_lines(out)).get(key) != value}
         assert unseen, "the last patches were still hidden by the watermark"
         assert not unseen & set(ids[:10])
 
@@ -410,8 +422,7 @@ def test_switch_from_commit_to_watermark_order_loses_nothing(
         assert writer.stats.patches > 20 and writer.stats.errors == 0
         before = json.loads(state.read_text())
         assert before["backward_done"] and is_position_offset(before["forward_offset"])
-        unseen = {key for key, value in database_state(store).items()
-                  if held(read_lines(out)).get(key) != value}
+        unseen = {key for key, value in database_state(store).items() if held(read_lines(out)).get(key) != value}
         assert unseen and unseen <= set(ids[10:40]), "the last patches were behind the checkpoint"
 
         watermark_app = apps("watermark")

@@ -2,6 +2,7 @@
 sequencer running in the app: the race closed without a watermark, ties cut
 by pages, the checkpoint bound, 503 before it, deletes, whole-document
 replaces, scopes and modes, and the sequencer's hands off the documents."""
+
 from __future__ import annotations
 
 import threading
@@ -9,12 +10,11 @@ import time
 import uuid
 from typing import Any
 
-import pytest
 from bson.timestamp import Timestamp
+from conftest import wait_sequenced
 from pymongo import monitoring
 from webtest import TestApp
 
-from conftest import wait_sequenced
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
 from openprocurement_feed.offset import is_position_offset, parse_offset
@@ -37,8 +37,7 @@ def crawl(app: TestApp, start: str = FEED, max_pages: int = 100) -> list[dict[st
 
 
 def doc(title: str, **fields: Any) -> dict[str, Any]:
-    return {"_id": uuid.uuid4().hex, "title": title, "status": "active",
-            "dateModified": title, **fields}
+    return {"_id": uuid.uuid4().hex, "title": title, "status": "active", "dateModified": title, **fields}
 
 
 def test_before_the_first_checkpoint_the_feed_answers_503(settings: dict[str, str]) -> None:
@@ -78,11 +77,10 @@ def test_a_transaction_stamped_early_and_committed_late_is_never_lost(commit_app
     stamped = threading.Event()
 
     def slow_writer() -> None:
-        with store.client.start_session() as session:
-            with session.start_transaction():
-                store.save_data(collection, a, insert=True, session=session)
-                stamped.set()
-                time.sleep(0.3)
+        with store.client.start_session() as session, session.start_transaction():
+            store.save_data(collection, a, insert=True, session=session)
+            stamped.set()
+            time.sleep(0.3)
 
     writer = threading.Thread(target=slow_writer)
     writer.start()
@@ -116,10 +114,9 @@ def test_a_transaction_cut_by_page_boundaries_is_served_once(commit_app: TestApp
     group = [doc(f"group {n}") for n in range(5)]
     after = [doc("after")]
     store.save_data(collection, before[0], insert=True)
-    with store.client.start_session() as session:
-        with session.start_transaction():
-            for item in group:
-                store.save_data(collection, item, insert=True, session=session)
+    with store.client.start_session() as session, session.start_transaction():
+        for item in group:
+            store.save_data(collection, item, insert=True, session=session)
     store.save_data(collection, after[0], insert=True)
     wait_sequenced(store.db)
     positions = store.db[positions_name("tenders")]
@@ -144,8 +141,14 @@ def test_the_feed_never_shows_a_position_above_the_checkpoint(commit_app: TestAp
     commit_app.app.registry.feed_sequencer.stop()
     positions.update_one(
         {"_id": ahead["_id"]},
-        {"$set": {"committed_ts": Timestamp(checkpoint.time + 5, 1), "is_public": True,
-                  "is_test": False, "rev": "1-x"}},
+        {
+            "$set": {
+                "committed_ts": Timestamp(checkpoint.time + 5, 1),
+                "is_public": True,
+                "is_test": False,
+                "rev": "1-x",
+            }
+        },
         upsert=True,
     )
     state = positions.find_one({"_id": STATE_ID})
@@ -207,16 +210,21 @@ def test_scopes_modes_and_opt_fields_in_commit_order(commit_settings: dict[str, 
 
     config = Configurator(settings=commit_settings)
     config.include("openprocurement_feed")
-    config.add_feed("submissions", path="frameworks/{frameworkID}/submissions",
-                    scope="frameworkID", allowed_fields=("status",))
+    config.add_feed(
+        "submissions", path="frameworks/{frameworkID}/submissions", scope="frameworkID", allowed_fields=("status",)
+    )
     app = TestApp(config.make_wsgi_app())
     registry = app.app.registry
     try:
         assert registry.feed_sequencer.wait_ready(timeout=30)
         store = registry.feed_store
         collection = store.collection("submissions")
-        rows = [doc("a", frameworkID="F1"), doc("b", frameworkID="F2"),
-                doc("c", frameworkID="F1", mode="test"), doc("d", frameworkID="F1", status="draft")]
+        rows = [
+            doc("a", frameworkID="F1"),
+            doc("b", frameworkID="F2"),
+            doc("c", frameworkID="F1", mode="test"),
+            doc("d", frameworkID="F1", status="draft"),
+        ]
         for row in rows:
             store.save_data(collection, row, insert=True)
         wait_sequenced(store.db, "submissions")

@@ -1,6 +1,7 @@
 """Configuration mistakes are caught at start-up, precisely: duplicate feeds
 and paths, empty and unknown settings, an overlong watermark, URI options
 overridden by defaults; and start-up says what it serves."""
+
 from __future__ import annotations
 
 import logging
@@ -64,8 +65,9 @@ def test_feeds_added_in_two_includes_conflict(settings: dict[str, str]) -> None:
         config.include(two)
 
 
-@pytest.mark.parametrize("key", ["feed.watermark_seconds", "feed.max_limit", "mongodb.db_name",
-                                 "feed.order", "mongodb.read_preference"])
+@pytest.mark.parametrize(
+    "key", ["feed.watermark_seconds", "feed.max_limit", "mongodb.db_name", "feed.order", "mongodb.read_preference"]
+)
 def test_an_empty_value_is_an_error(key: str) -> None:
     with pytest.raises(ConfigurationError, match=f"Empty setting '{key}'"):
         parse_settings({"mongodb.uri": URI, key: "  "}, {})
@@ -76,11 +78,14 @@ def test_empty_means_off_where_it_is_documented() -> None:
     assert parsed.resources == () and parsed.metrics_path == ""
 
 
-@pytest.mark.parametrize("key, close", [
-    ("feed.watermark_second", "feed.watermark_seconds"),
-    ("mongodb.read_prefrence", "mongodb.read_preference"),
-    ("feed.max_limt", "feed.max_limit"),
-])
+@pytest.mark.parametrize(
+    "key, close",
+    [
+        ("feed.watermark_second", "feed.watermark_seconds"),
+        ("mongodb.read_prefrence", "mongodb.read_preference"),
+        ("feed.max_limt", "feed.max_limit"),
+    ],
+)
 def test_an_unknown_key_is_a_warning_with_the_closest_name(
     key: str, close: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -91,8 +96,10 @@ def test_an_unknown_key_is_a_warning_with_the_closest_name(
 
 def test_known_host_keys_are_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="openprocurement_feed.settings"):
-        parse_settings({"mongodb.uri": URI, "mongodb.tenders_collection": "t",
-                        "mongodb.max_pool_size": "100", "other.key": "x"}, {})
+        parse_settings(
+            {"mongodb.uri": URI, "mongodb.tenders_collection": "t", "mongodb.max_pool_size": "100", "other.key": "x"},
+            {},
+        )
     assert caplog.text == ""
 
 
@@ -101,8 +108,7 @@ def test_a_watermark_above_an_hour_needs_saying_so() -> None:
         parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "7200"}, {})
     with pytest.raises(ConfigurationError, match="FEED_WATERMARK_SECONDS"):
         parse_settings({"mongodb.uri": URI}, {"FEED_WATERMARK_SECONDS": "3601"})
-    meant = parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "7200",
-                            "feed.long_watermark": "true"}, {})
+    meant = parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "7200", "feed.long_watermark": "true"}, {})
     assert meant.watermark_seconds == 7200.0
     hour = parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "3600"}, {})
     assert hour.watermark_seconds == 3600
@@ -121,8 +127,9 @@ def test_options_in_the_uri_are_not_overridden() -> None:
         assert store.client.options.pool_options.connect_timeout == 4.321
     finally:
         store.close()
-    store = FeedStore.from_settings(parse_settings(
-        {"mongodb.uri": "mongodb://127.0.0.1:9/", "mongodb.server_selection_timeout_ms": "2500"}, {}))
+    store = FeedStore.from_settings(
+        parse_settings({"mongodb.uri": "mongodb://127.0.0.1:9/", "mongodb.server_selection_timeout_ms": "2500"}, {})
+    )
     try:
         assert store.client.options.server_selection_timeout == 2.5
     finally:

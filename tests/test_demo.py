@@ -1,4 +1,5 @@
 """The demo tender API: create, read, patch, errors, and the write delay."""
+
 from __future__ import annotations
 
 import threading
@@ -61,9 +62,7 @@ def test_created_tender_reaches_the_feed_after_the_watermark(demo_app: Any) -> N
     tender = demo_app.post_json(TENDERS, {"data": {"title": "x"}}).json["data"]
     wait_watermark()
     feed = demo_app.get(TENDERS + "?opt_fields=status").json
-    assert feed["data"] == [
-        {"id": tender["id"], "dateModified": tender["dateModified"], "status": "active.enquiries"}
-    ]
+    assert feed["data"] == [{"id": tender["id"], "dateModified": tender["dateModified"], "status": "active.enquiries"}]
 
 
 def test_draft_tender_is_not_in_the_feed(demo_app: Any) -> None:
@@ -140,8 +139,10 @@ def test_each_resource_creates_reads_patches_and_feeds(
     second = demo_app.post_json(path, {"data": {"title": "two"}}, status=201).json["data"]
     assert re.fullmatch(pattern, first[id_field]), first[id_field]
     assert first["status"] == status
-    assert int(second[id_field].split("-")[-2 if path != CONTRACTS else -3]) == \
-        int(first[id_field].split("-")[-2 if path != CONTRACTS else -3]) + 1
+    assert (
+        int(second[id_field].split("-")[-2 if path != CONTRACTS else -3])
+        == int(first[id_field].split("-")[-2 if path != CONTRACTS else -3]) + 1
+    )
     name = path.rsplit("/", 1)[1]
     assert store.collection(name).count_documents({}) == 2  # its own collection
     patched = demo_app.patch_json(f"{path}/{first['id']}", {"data": {"title": "uno"}}).json["data"]
@@ -150,7 +151,8 @@ def test_each_resource_creates_reads_patches_and_feeds(
     wait_watermark()
     page = demo_app.get(f"{path}?opt_fields={id_field},dateCreated,title").json["data"]
     assert {item["id"]: item[id_field] for item in page} == {
-        first["id"]: first[id_field], second["id"]: second[id_field]
+        first["id"]: first[id_field],
+        second["id"]: second[id_field],
     }
     assert all("title" not in item for item in page), "title is not a listing field"
 
@@ -164,8 +166,9 @@ def test_tender_feed_allows_upstreams_listing_fields(demo_app: Any) -> None:
     data["status"] = "active.auction"
     created = demo_app.post_json(TENDERS, {"data": data}, status=201).json["data"]
     wait_watermark()
-    [item] = demo_app.get(TENDERS + "?opt_fields=procuringEntity,status,procurementMethodType,"
-                          "auctionPeriod,tenderID,next_check").json["data"]
+    [item] = demo_app.get(
+        TENDERS + "?opt_fields=procuringEntity,status,procurementMethodType,auctionPeriod,tenderID,next_check"
+    ).json["data"]
     assert item["procuringEntity"]["address"]["region"] == data["procuringEntity"]["address"]["region"]
     assert item["status"] == "active.auction"
     assert item["tenderID"] == created["tenderID"]
@@ -174,8 +177,19 @@ def test_tender_feed_allows_upstreams_listing_fields(demo_app: Any) -> None:
 
 @pytest.mark.parametrize(
     "path, status",
-    [(TENDERS, s) for s in ("active.tendering", "active.pre-qualification", "active.qualification",
-                            "active.awarded", "complete", "cancelled", "unsuccessful", "draft")]
+    [
+        (TENDERS, s)
+        for s in (
+            "active.tendering",
+            "active.pre-qualification",
+            "active.qualification",
+            "active.awarded",
+            "complete",
+            "cancelled",
+            "unsuccessful",
+            "draft",
+        )
+    ]
     + [(PLANS, s) for s in ("draft", "scheduled", "cancelled", "complete")]
     + [(CONTRACTS, s) for s in ("pending", "active", "terminated", "cancelled")],
 )
@@ -183,8 +197,9 @@ def test_real_statuses_are_accepted(demo_app: Any, path: str, status: str) -> No
     assert demo_app.post_json(path, {"data": {"status": status}}, status=201).json["data"]["status"] == status
 
 
-@pytest.mark.parametrize("path, status", [(TENDERS, "scheduled"), (PLANS, "active.tendering"),
-                                          (CONTRACTS, "complete"), (TENDERS, "deleted")])
+@pytest.mark.parametrize(
+    "path, status", [(TENDERS, "scheduled"), (PLANS, "active.tendering"), (CONTRACTS, "complete"), (TENDERS, "deleted")]
+)
 def test_statuses_of_another_resource_are_refused(demo_app: Any, path: str, status: str) -> None:
     body = demo_app.post_json(path, {"data": {"status": status}}, status=422).json
     assert body["errors"][0]["name"] == "status"
@@ -192,8 +207,12 @@ def test_statuses_of_another_resource_are_refused(demo_app: Any, path: str, stat
 
 @pytest.mark.parametrize("path, id_field", [(TENDERS, "tenderID"), (PLANS, "planID"), (CONTRACTS, "contractID")])
 def test_server_owned_fields_in_a_body_are_ignored(demo_app: Any, path: str, id_field: str) -> None:
-    owned = {"id": "f" * 32, "dateModified": "2001-01-01T00:00:00+00:00",
-             "dateCreated": "2001-01-01T00:00:00+00:00", id_field: "MINE-1"}
+    owned = {
+        "id": "f" * 32,
+        "dateModified": "2001-01-01T00:00:00+00:00",
+        "dateCreated": "2001-01-01T00:00:00+00:00",
+        id_field: "MINE-1",
+    }
     created = demo_app.post_json(path, {"data": dict(owned, title="x")}, status=201).json["data"]
     assert created["title"] == "x"
     for key, value in owned.items():
@@ -207,14 +226,17 @@ def test_server_owned_fields_in_a_body_are_ignored(demo_app: Any, path: str, id_
     assert patched["dateModified"] > created["dateModified"]
 
 
-@pytest.mark.parametrize("method, path, status, name", [
-    ("GET", "/nowhere", 404, "url"),
-    ("GET", "/api/2.5/awards", 404, "url"),
-    ("DELETE", TENDERS, 405, "method"),
-    ("PUT", PLANS, 405, "method"),
-    ("GET", f"{PLANS}/{'0' * 32}", 404, "plan_id"),
-    ("GET", f"{CONTRACTS}/{'0' * 32}", 404, "contract_id"),
-])
+@pytest.mark.parametrize(
+    "method, path, status, name",
+    [
+        ("GET", "/nowhere", 404, "url"),
+        ("GET", "/api/2.5/awards", 404, "url"),
+        ("DELETE", TENDERS, 405, "method"),
+        ("PUT", PLANS, 405, "method"),
+        ("GET", f"{PLANS}/{'0' * 32}", 404, "plan_id"),
+        ("GET", f"{CONTRACTS}/{'0' * 32}", 404, "contract_id"),
+    ],
+)
 def test_errors_are_json(demo_app: Any, method: str, path: str, status: int, name: str) -> None:
     response = demo_app.request(path, method=method, status=status)
     assert response.content_type == "application/json"

@@ -14,12 +14,14 @@ held open 5-40 ms, so writes commit out of stamp order). After the writers
 stop, the crawler must end holding every object it keeps at its latest
 version — in either feed order.
 """
+
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -101,9 +103,17 @@ class RegionCrawler:
 
 @pytest.fixture(params=["watermark", "commit"])
 def demo(request: pytest.FixtureRequest, settings: dict[str, str]) -> Iterator[DemoServer]:
-    server = DemoServer(dict(settings, **{
-        "feed.order": request.param, "feed.sequencer": "thread", "demo.write_delay_ms": "5-40",
-    }), threads=12).start()
+    server = DemoServer(
+        dict(
+            settings,
+            **{
+                "feed.order": request.param,
+                "feed.sequencer": "thread",
+                "demo.write_delay_ms": "5-40",
+            },
+        ),
+        threads=12,
+    ).start()
     if server.registry.feed_sequencer is not None:
         server.registry.feed_sequencer.wait_ready(timeout=30)
     yield server
@@ -131,10 +141,12 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
     region, in_region = regions.most_common(1)[0]
     assert in_region >= 2 and len(regions) >= 2, regions  # the filter keeps some, drops some
 
-    targets = ([("tenders", one) for one in tenders] + [("plans", one) for one in plans]
-               + [("contracts", one) for one in contracts])
-    writers = [PatchWriter(api, targets, rate=20, seed=number, name=f"writer-{number}")
-               for number in range(3)]
+    targets = (
+        [("tenders", one) for one in tenders]
+        + [("plans", one) for one in plans]
+        + [("contracts", one) for one in contracts]
+    )
+    writers = [PatchWriter(api, targets, rate=20, seed=number, name=f"writer-{number}") for number in range(3)]
     for writer in writers:
         writer.start()
     crawler = RegionCrawler(api, region)
@@ -155,13 +167,18 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
     assert {target[0] for writer in writers for target in writer.ids} == set(RESOURCES)
     assert sum(writer.stats.errors for writer in writers) == 0
 
-    expected = {"tenders": latest(demo, "tenders", region), "plans": latest(demo, "plans"),
-                "contracts": latest(demo, "contracts")}
+    expected = {
+        "tenders": latest(demo, "tenders", region),
+        "plans": latest(demo, "plans"),
+        "contracts": latest(demo, "contracts"),
+    }
     deadline = time.monotonic() + 20
 
     def holds() -> dict[str, dict[str, str]]:
-        return {resource: {key: doc["dateModified"] for key, doc in crawler.store.get(resource, {}).items()}
-                for resource in expected}
+        return {
+            resource: {key: doc["dateModified"] for key, doc in crawler.store.get(resource, {}).items()}
+            for resource in expected
+        }
 
     while holds() != expected and time.monotonic() < deadline:
         for resource in expected:
@@ -174,7 +191,6 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
         assert doc["procuringEntity"]["address"]["region"] == region
         assert doc["tenderID"].startswith("UA-") and doc["items"][0]["classification"]["scheme"] == "ДК021"
     assert crawler.pages["tenders"] > 4, "the crawl went over several pages"
-
 
 
 def test_the_three_feeds_and_unknown_paths_answer_json(demo: DemoServer) -> None:

@@ -1,6 +1,7 @@
 """The demo's tenders feed is restricted as upstream's: a restricted tender
 shows only ``id``, ``restricted`` and ``dateModified`` to anyone but its
 owner (the ``REMOTE_USER`` that created it)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,20 +14,20 @@ FIELDS = "opt_fields=procuringEntity,status,tenderID,mode,dateCreated,public_mod
 
 def test_a_restricted_tender_shows_three_fields_to_others(demo_app: Any) -> None:
     secret = demo_app.post_json(
-        "/api/2.5/tenders", {"data": {"procuringEntity": {"name": "secret"}, "config": {"restricted": True}}},
+        "/api/2.5/tenders",
+        {"data": {"procuringEntity": {"name": "secret"}, "config": {"restricted": True}}},
         extra_environ=OWNER,
     ).json["data"]
-    plain = demo_app.post_json("/api/2.5/tenders", {"data": {"procuringEntity": {"name": "plain"}}},
-                               extra_environ=OWNER).json["data"]
+    plain = demo_app.post_json(
+        "/api/2.5/tenders", {"data": {"procuringEntity": {"name": "plain"}}}, extra_environ=OWNER
+    ).json["data"]
     assert secret["owner"] == "broker"
     wait_watermark()
     for query in (FIELDS, FIELDS + "&mode=_all_", FIELDS + "&descending=1"):
         data = {item["id"]: item for item in demo_app.get(f"/api/2.5/tenders?{query}").json["data"]}
-        assert data[secret["id"]] == {"id": secret["id"], "restricted": True,
-                                      "dateModified": secret["dateModified"]}
+        assert data[secret["id"]] == {"id": secret["id"], "restricted": True, "dateModified": secret["dateModified"]}
         assert data[plain["id"]]["procuringEntity"]["name"] == "plain"
-        other = demo_app.get(f"/api/2.5/tenders?{query}",
-                             extra_environ={"REMOTE_USER": "someone"}).json["data"]
+        other = demo_app.get(f"/api/2.5/tenders?{query}", extra_environ={"REMOTE_USER": "someone"}).json["data"]
         assert "secret" not in str(other)
     mine = demo_app.get(f"/api/2.5/tenders?{FIELDS}", extra_environ=OWNER).json["data"]
     assert {item["id"]: item for item in mine}[secret["id"]]["procuringEntity"]["name"] == "secret"

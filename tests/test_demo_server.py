@@ -1,5 +1,6 @@
 """The demo's HTTP server: no busy loop while idle, and a close that ends
 the serving thread even with keep-alive connections open."""
+
 from __future__ import annotations
 
 import time

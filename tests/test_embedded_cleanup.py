@@ -1,5 +1,6 @@
 """The embedded server's throwaway folder goes away when the process that
 started it ends, SIGTERM included (``pserve`` under systemd or docker)."""
+
 from __future__ import annotations
 
 import os

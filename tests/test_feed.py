@@ -1,13 +1,14 @@
 """The feed over HTTP: every row of SPEC A (compatibility) and B (improvements),
 through webtest against the demo app on the real server, watermark on."""
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-
 from conftest import wait_watermark
 
 FEED = "/api/2.5/tenders"
@@ -32,6 +33,7 @@ def crawl(app: Any, start: str, max_pages: int = 50) -> list[dict[str, Any]]:
 
 
 # -- shape of a page -------------------------------------------------------
+
 
 def test_empty_feed(demo_app: Any) -> None:
     body = demo_app.get(FEED).json
@@ -86,6 +88,7 @@ def test_next_page_offset_format(demo_app: Any, put_docs: Put) -> None:
 
 # -- limits ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("raw, echoed", [("0", "1"), ("-3", "1"), ("2", "2"), ("5000", "1000"), ("9" * 40, "1000")])
 def test_limit_is_clamped_and_echoed(demo_app: Any, put_docs: Put, raw: str, echoed: str) -> None:
     put_docs([100.0 + i for i in range(3)])
@@ -125,6 +128,7 @@ def test_invalid_offset_is_404_with_the_spec_body(demo_app: Any) -> None:
 
 
 # -- paging ----------------------------------------------------------------
+
 
 def test_forward_paging_then_empty_page_echoes_offset(demo_app: Any, put_docs: Put) -> None:
     docs = put_docs([100.0 + i for i in range(5)])
@@ -184,6 +188,7 @@ def test_prev_page_of_a_forward_page_goes_backward(demo_app: Any, put_docs: Put)
 
 # -- ties ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("group", [3, 5, 7])
 def test_tie_group_cut_by_pages_is_sent_exactly_once(
@@ -230,6 +235,7 @@ def test_tie_offset_of_a_changed_group_never_loses(demo_app: Any, put_docs: Put,
 
 # -- legacy offsets ----------------------------------------------------------
 
+
 def test_bare_float_offset_is_exclusive(demo_app: Any, put_docs: Put) -> None:
     docs = put_docs([100.0, 101.0])
     body = demo_app.get(FEED + "?offset=100.0").json
@@ -253,6 +259,7 @@ def test_public_ts_offset_never_loses(demo_app: Any, put_docs: Put) -> None:
 
 
 # -- modes, visibility, ignored params ---------------------------------------
+
 
 def test_modes(demo_app: Any, put_docs: Put) -> None:
     real = put_docs([100.0])[0]
@@ -288,6 +295,7 @@ def test_repeated_params_last_wins(demo_app: Any, put_docs: Put) -> None:
 
 # -- the watermark -----------------------------------------------------------
 
+
 def test_watermark_hides_young_documents(demo_app: Any) -> None:
     created = demo_app.post_json(FEED, {"data": {"title": "fresh"}}, status=201).json["data"]
     assert demo_app.get(FEED).json["data"] == []
@@ -301,6 +309,7 @@ def test_watermark_hides_young_documents(demo_app: Any) -> None:
 
 
 # -- scoped feeds ------------------------------------------------------------
+
 
 @pytest.fixture
 def scoped_app(settings: dict[str, str]) -> Any:
@@ -326,9 +335,15 @@ def test_scoped_feed_filters_and_keeps_its_scope_in_links(scoped_app: Any) -> No
     for number, framework in enumerate(["f1", "f1", "f2"]):
         store.save_data(
             collection,
-            {"_id": f"s{number}", "frameworkID": framework, "public_modified": 100.0 + number,
-             "dateModified": "2020", "status": "active"},
-            insert=True, modified=False,
+            {
+                "_id": f"s{number}",
+                "frameworkID": framework,
+                "public_modified": 100.0 + number,
+                "dateModified": "2020",
+                "status": "active",
+            },
+            insert=True,
+            modified=False,
         )
     path = "/api/2.5/frameworks/f1/submissions"
     body = scoped_app.get(path + "?limit=1").json
@@ -361,8 +376,17 @@ def test_query_over_its_time_limit_is_503(settings: dict[str, str]) -> None:
     app = main({}, **dict(settings, **{"feed.max_time_ms": "1"}))
     store = app.registry.feed_store
     store.collection("tenders").insert_many(
-        [{"_id": f"{n:032x}", "public_modified": 100.0 + n, "is_public": True, "is_test": False,
-          "dateModified": "x", "pad": "x" * 2000} for n in range(3000)]
+        [
+            {
+                "_id": f"{n:032x}",
+                "public_modified": 100.0 + n,
+                "is_public": True,
+                "is_test": False,
+                "dateModified": "x",
+                "pad": "x" * 2000,
+            }
+            for n in range(3000)
+        ]
     )
     response = TestApp(app).get(FEED + "?opt_fields=public_modified", status=503)
     assert response.json["errors"][0]["description"] == "The query took too long; retry later"

@@ -1,17 +1,19 @@
 """Bring your own store: the upstream-shaped host app of ``examples/`` serves
 its feeds through its own store and client, over HTTP, in both orders; a
 store or accessor that does not fit fails at configuration time."""
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
+from upstream_example import BROKER, load_example, post, served_example
 
 from openprocurement_feed.testing import crawl, get_json, wait_visible
-from upstream_example import BROKER, load_example, post, served_example
 
 
 @pytest.fixture(params=["watermark", "commit"])
@@ -19,6 +21,7 @@ def host(request: pytest.FixtureRequest, settings: dict[str, str]) -> Iterator[t
     """The example host app in one feed order, served on loopback: (app, base URL)."""
     with served_example(settings, request.param) as served:
         yield served
+
 
 def ids_of(url: str, path: str, headers: dict[str, str] | None = None, query: str = "") -> list[str]:
     return [item["id"] for item in crawl(url, path, headers, query)]
@@ -68,14 +71,11 @@ def test_a_store_without_the_mixin_fails_at_configuration_time(
     with pytest.raises(ConfigurationError) as caught:
         config.set_feed_store(PlainStore(mongo_client, settings["mongodb.db_name"]))
     message = str(caught.value)
-    for name in ("PlainStore", "feed_page", "feed_order", "ensure_feed_indexes",
-                 "watermark_seconds", "FeedStoreMixin"):
+    for name in ("PlainStore", "feed_page", "feed_order", "ensure_feed_indexes", "watermark_seconds", "FeedStoreMixin"):
         assert name in message
 
 
-def test_an_accessor_returning_another_collection_fails_at_commit(
-    settings: dict[str, str]
-) -> None:
+def test_an_accessor_returning_another_collection_fails_at_commit(settings: dict[str, str]) -> None:
     example = load_example()
     store = example.MongodbStore(settings)
     try:
@@ -163,8 +163,9 @@ def test_a_database_refusal_in_index_creation_is_a_warning(
         store.close()
 
 
-def test_a_store_assigned_to_the_registry_is_served_or_refused(settings: dict[str, str],
-                                                                 mongo_client: MongoClient) -> None:
+def test_a_store_assigned_to_the_registry_is_served_or_refused(
+    settings: dict[str, str], mongo_client: MongoClient
+) -> None:
     """Assigning the host's store to ``registry.feed_store`` after the
     include (what a host tried first) works like ``set_feed_store``; a store
     without the mixin fails at commit, not with a 500 per request."""

@@ -13,10 +13,12 @@ Properties (hypothesis, bounded):
 * a URL that is not UTF-8 gets the SPEC error body: 404 naming ``offset``
   when only an ``offset`` value is undecodable, 400 otherwise.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote_from_bytes
 
 import pytest
@@ -34,13 +36,36 @@ PROPERTY_SETTINGS = hsettings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 ROUTES = (
-    f"{PREFIX}/tenders", f"{PREFIX}/plans", f"{PREFIX}/contracts", f"{PREFIX}/tenders-watermark",
-    f"{PREFIX}/tenders/", f"{PREFIX}/plans/", f"{PREFIX}/contracts/", f"{PREFIX}/feeds/health",
-    "/", "/nowhere/",
+    f"{PREFIX}/tenders",
+    f"{PREFIX}/plans",
+    f"{PREFIX}/contracts",
+    f"{PREFIX}/tenders-watermark",
+    f"{PREFIX}/tenders/",
+    f"{PREFIX}/plans/",
+    f"{PREFIX}/contracts/",
+    f"{PREFIX}/feeds/health",
+    "/",
+    "/nowhere/",
 )
 #: Bytes that are not UTF-8 on their own, and some that are.
-ODD_BYTES = st.sampled_from([b"\xff", b"\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\x80",
-                             b"\x00", b"%", b"%ff", b"%c3%28", b"\xc3\xa9", b"%e2%82%ac", b"+", b";"])
+ODD_BYTES = st.sampled_from(
+    [
+        b"\xff",
+        b"\xfe",
+        b"\xc0\xaf",
+        b"\xed\xa0\x80",
+        b"\xe2\x82",
+        b"\x80",
+        b"\x00",
+        b"%",
+        b"%ff",
+        b"%c3%28",
+        b"\xc3\xa9",
+        b"%e2%82%ac",
+        b"+",
+        b";",
+    ]
+)
 RAW = st.lists(st.one_of(st.binary(max_size=6), ODD_BYTES), max_size=8).map(b"".join)
 NAMES = st.one_of(st.sampled_from([b"offset", b"limit", b"descending", b"opt_fields", b"mode", b"feed"]), RAW)
 PAIRS = st.tuples(NAMES, st.one_of(RAW, RAW.map(lambda raw: quote_from_bytes(raw).encode("ascii"))))
@@ -86,8 +111,7 @@ def check(response: Any, path: bytes, query: bytes) -> None:
     query_bad = query_error(query.decode("latin-1"))
     if path_bad is not None:
         assert response.status_int == 400
-        assert body["errors"] == [{"location": "url", "name": "path",
-                                   "description": "The path is not valid UTF-8"}]
+        assert body["errors"] == [{"location": "url", "name": "path", "description": "The path is not valid UTF-8"}]
     elif query_bad is not None:
         assert response.status_int == query_bad.status
         [error] = body["errors"]
@@ -110,22 +134,25 @@ def test_any_bytes_in_a_feed_query(app: Any, query: bytes) -> None:
     check(send(app, "GET", path, query), path, query)
 
 
-@pytest.mark.parametrize("query, status, name, description", [
-    (b"offset=%ff%fe", 404, "offset", "Invalid offset provided: %ff%fe"),
-    (b"offset=\xff\xfe", 404, "offset", "Invalid offset provided: \xff\xfe"),
-    (b"limit=5&offset=1.%c3", 404, "offset", "Invalid offset provided: 1.%c3"),
-    (b"limit=%ff", 400, "limit", "Invalid value (not UTF-8): %ff"),
-    (b"%ff=1", 400, "querystring", "Invalid parameter name (not UTF-8): %ff"),
-    (b"opt_fields=status,%c3%28", 400, "opt_fields", "Invalid value (not UTF-8): status,%c3%28"),
-])
+@pytest.mark.parametrize(
+    "query, status, name, description",
+    [
+        (b"offset=%ff%fe", 404, "offset", "Invalid offset provided: %ff%fe"),
+        (b"offset=\xff\xfe", 404, "offset", "Invalid offset provided: \xff\xfe"),
+        (b"limit=5&offset=1.%c3", 404, "offset", "Invalid offset provided: 1.%c3"),
+        (b"limit=%ff", 400, "limit", "Invalid value (not UTF-8): %ff"),
+        (b"%ff=1", 400, "querystring", "Invalid parameter name (not UTF-8): %ff"),
+        (b"opt_fields=status,%c3%28", 400, "opt_fields", "Invalid value (not UTF-8): status,%c3%28"),
+    ],
+)
 @pytest.mark.parametrize("feed", ["tenders", "plans", "contracts", "tenders-watermark"])
-def test_undecodable_query_strings(
-    app: Any, feed: str, query: bytes, status: int, name: str, description: str
-) -> None:
+def test_undecodable_query_strings(app: Any, feed: str, query: bytes, status: int, name: str, description: str) -> None:
     response = send(app, "GET", f"{PREFIX}/{feed}".encode(), query)
     assert response.status_int == status
-    assert response.json == {"status": "error", "errors": [
-        {"location": "querystring", "name": name, "description": description}]}
+    assert response.json == {
+        "status": "error",
+        "errors": [{"location": "querystring", "name": name, "description": description}],
+    }
 
 
 @pytest.mark.parametrize("path", [b"/api/2.5/tenders/\xff", b"/api/2.5/\xc3\x28", b"/\xff\xfe", b"/api/2.5/plans\x80"])
@@ -134,7 +161,10 @@ def test_undecodable_paths(app: Any, path: bytes) -> None:
         response = send(app, method, path, b"")
         assert response.status_int == 400
         assert response.json["errors"][0] == {
-            "location": "url", "name": "path", "description": "The path is not valid UTF-8"}
+            "location": "url",
+            "name": "path",
+            "description": "The path is not valid UTF-8",
+        }
 
 
 def test_the_fix_is_the_extensions(settings: dict[str, str]) -> None:

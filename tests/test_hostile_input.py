@@ -14,6 +14,7 @@ Properties (hypothesis, bounded):
   and ``tenderID`` are ignored: the server's values are kept); the feed
   still renders afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,15 @@ import math
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
 import pytest
 from bson.timestamp import Timestamp
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from pymongo import MongoClient, monitoring
 
 from openprocurement_feed.database import FeedStore
@@ -81,25 +85,32 @@ class HostileApp:
         from webtest import TestApp
 
         from openprocurement_feed.demo import includeme
+
         FEED_FIELDS = TENDERS.feed_fields
 
         config = Configurator(settings=settings)
         config.include(includeme)
         config.add_feed(
-            "owner_tenders", path="owners/{owner}/tenders", collection="tenders",
-            scope="owner", allowed_fields=FEED_FIELDS,
+            "owner_tenders",
+            path="owners/{owner}/tenders",
+            collection="tenders",
+            scope="owner",
+            allowed_fields=FEED_FIELDS,
         )
         app = config.make_wsgi_app()
         registry = app.registry
         self.original_store = registry.feed_store
         self.recorder = CommandRecorder()
         client: MongoClient = MongoClient(
-            settings["mongodb.uri"], event_listeners=[self.recorder], tz_aware=True,
+            settings["mongodb.uri"],
+            event_listeners=[self.recorder],
+            tz_aware=True,
             serverSelectionTimeoutMS=5000,
         )
         feed_settings = registry.feed_settings
         self.store = FeedStore(
-            client, feed_settings.db_name,
+            client,
+            feed_settings.db_name,
             watermark_seconds=feed_settings.watermark_seconds,
             max_limit=feed_settings.max_limit,
         )
@@ -146,19 +157,54 @@ def hostile(settings: dict[str, str]) -> Iterator[HostileApp]:
 # -- strategies -------------------------------------------------------------
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
-INJECTIONS = st.sampled_from([
-    '{"$gt": ""}', '{"$where": "sleep(1000)"}', "$where", "$gt", "$ne", "$$NOW",
-    '{"$regex": ".*"}', "'; db.dropDatabase(); '", "1' OR '1'='1", "this.x == 1",
-    "function () { return true; }", "\x00", "%00", "../../etc/passwd", "<script>x</script>",
-    "[$ne]=1", '{"$expr": {"$eq": [1, 1]}}', "ObjectId('000000000000000000000000')",
-])
+INJECTIONS = st.sampled_from(
+    [
+        '{"$gt": ""}',
+        '{"$where": "sleep(1000)"}',
+        "$where",
+        "$gt",
+        "$ne",
+        "$$NOW",
+        '{"$regex": ".*"}',
+        "'; db.dropDatabase(); '",
+        "1' OR '1'='1",
+        "this.x == 1",
+        "function () { return true; }",
+        "\x00",
+        "%00",
+        "../../etc/passwd",
+        "<script>x</script>",
+        "[$ne]=1",
+        '{"$expr": {"$eq": [1, 1]}}',
+        "ObjectId('000000000000000000000000')",
+    ]
+)
 NUMBERS = st.one_of(
     st.integers(min_value=-(10**40), max_value=10**40).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from([
-        "nan", "NaN", "inf", "-inf", "Infinity", "1e400", "-0", "0", "0x10", "1_000",
-        "١٢٣", "１２３", " 5 ", "+7", "--1", "5.", ".5", "1e3", "99999999999999999999",
-    ]),
+    st.sampled_from(
+        [
+            "nan",
+            "NaN",
+            "inf",
+            "-inf",
+            "Infinity",
+            "1e400",
+            "-0",
+            "0",
+            "0x10",
+            "1_000",
+            "١٢٣",
+            "１２３",
+            " 5 ",
+            "+7",
+            "--1",
+            "5.",
+            ".5",
+            "1e3",
+            "99999999999999999999",
+        ]
+    ),
 )
 HEX = st.text("0123456789abcdef", max_size=40)
 OFFSET_PART = st.one_of(NUMBERS, TEXT, INJECTIONS, HEX, st.integers(0, 10**25).map(str))
@@ -166,11 +212,15 @@ OFFSETS = st.one_of(
     st.lists(OFFSET_PART, min_size=1, max_size=7).map(".".join),
     st.builds(
         lambda value, count, digest: f"{value!r}.{count}.{digest}",
-        st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**30), 10**30), HEX,
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(10**30), 10**30),
+        HEX,
     ),
     st.builds(lambda seconds, inc: f"{seconds}.{inc:010d}", st.integers(0, 2**40), st.integers(0, 10**10 - 1)),
     st.datetimes(timezones=st.one_of(st.none(), st.timezones())).map(lambda moment: moment.isoformat()),
-    NUMBERS, INJECTIONS, TEXT,
+    NUMBERS,
+    INJECTIONS,
+    TEXT,
 )
 VALUES = st.one_of(TEXT, NUMBERS, INJECTIONS, OFFSETS)
 KNOWN_PARAMS = ("offset", "limit", "descending", "opt_fields", "mode", "feed")
@@ -179,16 +229,30 @@ PARAM_VALUES = {
     "limit": st.one_of(NUMBERS, VALUES),
     "descending": VALUES,
     "opt_fields": st.one_of(
-        st.lists(st.sampled_from(["title", "status", "public_modified", "_id", "_rev", "$where", "owner",
-                                  "mode", "is_public", "dateCreated", "x.y"]), max_size=6).map(",".join),
+        st.lists(
+            st.sampled_from(
+                [
+                    "title",
+                    "status",
+                    "public_modified",
+                    "_id",
+                    "_rev",
+                    "$where",
+                    "owner",
+                    "mode",
+                    "is_public",
+                    "dateCreated",
+                    "x.y",
+                ]
+            ),
+            max_size=6,
+        ).map(",".join),
         VALUES,
     ),
     "mode": st.one_of(st.sampled_from(["test", "_all_", "all", "TEST", ""]), VALUES),
     "feed": st.one_of(st.just("changes"), VALUES),
 }
-KNOWN_PAIRS = st.sampled_from(KNOWN_PARAMS).flatmap(
-    lambda name: st.tuples(st.just(name), PARAM_VALUES[name])
-)
+KNOWN_PAIRS = st.sampled_from(KNOWN_PARAMS).flatmap(lambda name: st.tuples(st.just(name), PARAM_VALUES[name]))
 ANY_PAIRS = st.tuples(
     st.one_of(st.sampled_from(["offset[$gt]", "limit[$ne]", "$where", "offset.$gt", "", "OFFSET"]), TEXT),
     VALUES,
@@ -201,6 +265,7 @@ SCOPES = st.one_of(
 
 
 # -- checks -----------------------------------------------------------------
+
 
 def strict_json(body: bytes) -> Any:
     """Parse JSON as a strict client would: NaN and Infinity are errors."""
@@ -282,9 +347,15 @@ def check_filter(query: Any, ids: set[str], scope: str | None, watermark: dict[s
 def check_commands(app: HostileApp, scope: str | None, response: Any) -> None:
     """Inspect every command the last request sent (a page needs a find)."""
     watermark = app.store.watermark_expr()
-    allowed_projection = {"_id", "public_modified", "public_ts", *TENDERS.feed_fields,
-                          # the restricted demo feed's rule fields, never shown
-                          "config.restricted", "owner"}
+    allowed_projection = {
+        "_id",
+        "public_modified",
+        "public_ts",
+        *TENDERS.feed_fields,
+        # the restricted demo feed's rule fields, never shown
+        "config.restricted",
+        "owner",
+    }
     commands = app.recorder.take()
     if response.status_int == 200:
         assert any(name == "find" for name, _ in commands), "no query was recorded"
@@ -305,6 +376,7 @@ def check_commands(app: HostileApp, scope: str | None, response: Any) -> None:
 
 
 # -- properties -------------------------------------------------------------
+
 
 @PROPERTY_SETTINGS
 @given(pairs=QUERIES)
@@ -329,8 +401,12 @@ def test_scoped_feed_query_string(hostile: HostileApp, scope: str, pairs: list[t
 
 
 @PROPERTY_SETTINGS
-@given(offset=OFFSETS, limit=st.one_of(st.none(), NUMBERS), descending=st.booleans(),
-       mode=st.sampled_from(["", "test", "_all_"]))
+@given(
+    offset=OFFSETS,
+    limit=st.one_of(st.none(), NUMBERS),
+    descending=st.booleans(),
+    mode=st.sampled_from(["", "test", "_all_"]),
+)
 def test_offsets_of_every_shape(
     hostile: HostileApp, offset: str, limit: str | None, descending: bool, mode: str
 ) -> None:
@@ -351,13 +427,29 @@ def test_known_hostile_query_strings(hostile: HostileApp) -> None:
     cases = [
         "offset=%7B%22%24gt%22%3A%20%22%22%7D",
         "offset[$gt]=&limit[$ne]=1",
-        "offset=1e400", "offset=nan", "offset=inf", "offset=-inf",
-        "offset=1.2.3.4.5.6", "offset=1.5.100000000000000000000.abc", "offset=1.5.-3.abc",
-        "offset=1.5.1e3.abc", "offset=%00", "offset=" + "9" * 300,
-        "limit=-1", "limit=0", "limit=abc", "limit=1e3", "limit=" + "9" * 400, "limit=%00",
-        "limit=5&limit=abc", "limit=abc&limit=5", "offset=abc&offset=1600000000.5",
-        "mode=%24where&opt_fields=%24where,_rev,title", "descending=&descending=1",
-        "$where=sleep(1000)", "feed=changes&feed=%7B%7D",
+        "offset=1e400",
+        "offset=nan",
+        "offset=inf",
+        "offset=-inf",
+        "offset=1.2.3.4.5.6",
+        "offset=1.5.100000000000000000000.abc",
+        "offset=1.5.-3.abc",
+        "offset=1.5.1e3.abc",
+        "offset=%00",
+        "offset=" + "9" * 300,
+        "limit=-1",
+        "limit=0",
+        "limit=abc",
+        "limit=1e3",
+        "limit=" + "9" * 400,
+        "limit=%00",
+        "limit=5&limit=abc",
+        "limit=abc&limit=5",
+        "offset=abc&offset=1600000000.5",
+        "mode=%24where&opt_fields=%24where,_rev,title",
+        "descending=&descending=1",
+        "$where=sleep(1000)",
+        "feed=changes&feed=%7B%7D",
     ]
     statuses = set()
     for query in cases:
@@ -374,18 +466,37 @@ def test_known_hostile_query_strings(hostile: HostileApp) -> None:
 # -- demo API bodies --------------------------------------------------------
 
 KEYS = st.one_of(
-    st.sampled_from(["title", "status", "mode", "$where", "$gt", "a.b", "", "id", "_rev", "tenderID",
-                     "public_modified", "is_public", "owner", "items", "\x00"]),
+    st.sampled_from(
+        [
+            "title",
+            "status",
+            "mode",
+            "$where",
+            "$gt",
+            "a.b",
+            "",
+            "id",
+            "_rev",
+            "tenderID",
+            "public_modified",
+            "is_public",
+            "owner",
+            "items",
+            "\x00",
+        ]
+    ),
     TEXT,
 )
 JSON_VALUES = st.recursive(
     st.one_of(
-        st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-        st.floats(allow_nan=True, allow_infinity=True), TEXT, INJECTIONS,
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        TEXT,
+        INJECTIONS,
     ),
-    lambda children: st.one_of(
-        st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=4)
-    ),
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=4)),
     max_leaves=20,
 )
 BODIES = st.one_of(
@@ -412,9 +523,7 @@ def encode(body: Any) -> str:
 @PROPERTY_SETTINGS
 @given(body=BODIES)
 def test_create_bodies(hostile: HostileApp, body: Any) -> None:
-    response = hostile.test.post(
-        FEED, encode(body), content_type="application/json", expect_errors=True
-    )
+    response = hostile.test.post(FEED, encode(body), content_type="application/json", expect_errors=True)
     result = check_write_response(response, 201)
     if response.status_int == 201:
         tender_id = result["data"]["id"]
@@ -433,8 +542,10 @@ def test_patch_bodies(hostile: HostileApp, body: Any, tender_id: str | None) -> 
     known = sorted(hostile.ids)[0]
     target = known if tender_id is None else tender_id
     response = hostile.test.patch(
-        f"{FEED}/{quote(target, safe='')}", encode(body),
-        content_type="application/json", expect_errors=True,
+        f"{FEED}/{quote(target, safe='')}",
+        encode(body),
+        content_type="application/json",
+        expect_errors=True,
     )
     if response.status_int == 404:
         assert target not in hostile.ids
@@ -446,11 +557,14 @@ def test_patch_bodies(hostile: HostileApp, body: Any, tender_id: str | None) -> 
 def test_bodies_the_database_cannot_hold(hostile: HostileApp) -> None:
     cases = [
         '{"data": {"x": 1180591620717411303424}}',
-        '{"data": {"x": NaN}}', '{"data": {"x": [Infinity]}}',
+        '{"data": {"x": NaN}}',
+        '{"data": {"x": [Infinity]}}',
         '{"data": {"a\\u0000b": 1}}',
         '{"data": ' + '{"a": ' * 200 + "1" + "}" * 201,
         "[" * 100_000,
-        '{"data": {"x": 1}', "not json", "",
+        '{"data": {"x": 1}',
+        "not json",
+        "",
     ]
     for body in cases:
         response = hostile.test.post(FEED, body, content_type="application/json", expect_errors=True)
@@ -462,8 +576,12 @@ def test_bodies_the_database_cannot_hold(hostile: HostileApp) -> None:
 
 def test_feed_renders_hostile_documents(hostile: HostileApp) -> None:
     """Documents with hostile contents still render as strict JSON."""
-    for data in ({"title": "\x00", "x": {"$where": "1"}}, {"title": {"$gt": ""}}, {"title": "a" * 10_000},
-                 {"title": ["\u2028", None, -(2**63)], "status": "active"}):
+    for data in (
+        {"title": "\x00", "x": {"$where": "1"}},
+        {"title": {"$gt": ""}},
+        {"title": "a" * 10_000},
+        {"title": ["\u2028", None, -(2**63)], "status": "active"},
+    ):
         hostile.test.post(FEED, encode({"data": data}), content_type="application/json", status=201)
     time.sleep(hostile.store.watermark_seconds + 0.1)
     offset, seen = "", 0

@@ -1,5 +1,6 @@
 """The include: settings errors at start-up, double include, ini wiring,
 feeds from settings, conflicts, and the embedded URI."""
+
 from __future__ import annotations
 
 import textwrap
@@ -83,11 +84,14 @@ def test_scope_must_appear_in_the_path(settings: dict[str, str]) -> None:
 
 def test_feeds_listed_in_settings_and_custom_collection(settings: dict[str, str]) -> None:
     app = make_app(
-        dict(settings, **{
-            "feed.resources": "plans contracts",
-            "mongodb.contracts_collection": "contract_docs",
-            "feed.route_prefix": "/api/0",
-        })
+        dict(
+            settings,
+            **{
+                "feed.resources": "plans contracts",
+                "mongodb.contracts_collection": "contract_docs",
+                "feed.route_prefix": "/api/0",
+            },
+        )
     )
     store = app.registry.feed_store
     store.save_data(store.collection("contracts"), {"_id": "c1", "public_modified": 5.0}, insert=True, modified=False)
@@ -102,7 +106,8 @@ def test_ini_file_with_pyramid_includes(tmp_path: Path, mongodb_uri: str, db_nam
     from pyramid.paster import get_app
 
     ini = tmp_path / "app.ini"
-    ini.write_text(textwrap.dedent(f"""
+    ini.write_text(
+        textwrap.dedent(f"""
         [app:main]
         use = call:pyramid.config:Configurator
         pyramid.includes = openprocurement_feed
@@ -110,13 +115,16 @@ def test_ini_file_with_pyramid_includes(tmp_path: Path, mongodb_uri: str, db_nam
         mongodb.db_name = {db_name}
         feed.resources = tenders
         feed.watermark_seconds = 0.5
-    """).replace("call:pyramid.config:Configurator", "call:tests_ini_factory:make"))
-    (tmp_path / "tests_ini_factory.py").write_text(textwrap.dedent("""
+    """).replace("call:pyramid.config:Configurator", "call:tests_ini_factory:make")
+    )
+    (tmp_path / "tests_ini_factory.py").write_text(
+        textwrap.dedent("""
         from pyramid.config import Configurator
 
         def make(global_config, **settings):
             return Configurator(settings=settings).make_wsgi_app()
-    """))
+    """)
+    )
     import sys
 
     sys.path.insert(0, str(tmp_path))
@@ -154,9 +162,15 @@ def test_feed_reads_default_to_the_primary(settings: dict[str, str]) -> None:
     assert isinstance(store.feed_collection("tenders").read_preference, Primary)
     assert store.feed_collection("tenders").read_concern.level == "local"
     store.close()
-    app = make_app(dict(settings, **{
-        "mongodb.read_preference": "secondaryPreferred", "mongodb.read_concern": "majority",
-    }))
+    app = make_app(
+        dict(
+            settings,
+            **{
+                "mongodb.read_preference": "secondaryPreferred",
+                "mongodb.read_concern": "majority",
+            },
+        )
+    )
     store = app.registry.feed_store
     assert isinstance(store.feed_collection("tenders").read_preference, SecondaryPreferred)
     assert store.feed_collection("tenders").read_concern.level == "majority"
@@ -183,8 +197,13 @@ def test_per_feed_order_and_the_thread_sequencer(settings: dict[str, str]) -> No
     config.include("openprocurement_feed")
     config.add_feed("tenders")
     config.add_feed("plans", order="commit")
-    config.add_feed("submissions", path="frameworks/{frameworkID}/submissions",
-                    scope="frameworkID", collection="plans", order="commit")
+    config.add_feed(
+        "submissions",
+        path="frameworks/{frameworkID}/submissions",
+        scope="frameworkID",
+        collection="plans",
+        order="commit",
+    )
     app = config.make_wsgi_app()
     try:
         assert commit_collections(app.registry) == {"plans": ("frameworkID",)}

@@ -4,6 +4,7 @@ No timing assertions (``python -m benchmarks load`` prints the figures): every
 request succeeds and every crawler ends holding every public tender at its
 latest version.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,14 @@ from benchmarks.load import format_result, run_load
 @pytest.mark.timeout(120)
 def test_short_load_no_errors_and_complete_crawlers() -> None:
     result = run_load(
-        duration=8, crawlers=2, writers=2, tenders=30, watermark=0.3,
-        write_delay="0-5", progress=False, report=lambda message: None,
+        duration=8,
+        crawlers=2,
+        writers=2,
+        tenders=30,
+        watermark=0.3,
+        write_delay="0-5",
+        progress=False,
+        report=lambda message: None,
     )
     summary = format_result(result)
     assert result.errors == 0, summary

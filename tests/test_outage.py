@@ -6,12 +6,14 @@ and ``Retry-After``, within about the configured server-selection timeout (no
 hang, no 500, no traceback); when it is back everything recovers by itself;
 and every write that was acknowledged (201/200) is in the database afterwards.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -190,10 +192,7 @@ def test_database_outage(database: EmbeddedServer) -> None:
 
     client: MongoClient = MongoClient(database.uri, serverSelectionTimeoutMS=5000)
     try:
-        stored = {
-            doc["_id"]: doc["dateModified"]
-            for doc in client[DB_NAME].tenders.find({}, {"dateModified": 1})
-        }
+        stored = {doc["_id"]: doc["dateModified"] for doc in client[DB_NAME].tenders.find({}, {"dateModified": 1})}
     finally:
         client.close()
     lost = ledger.created - set(stored)

@@ -2,6 +2,7 @@
 ``query_string`` is ``urlencode``, ``boundary_ids`` is the tie group a full
 scan finds on a sorted page, ``render_items`` is ``render_item`` per shown
 row."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,8 @@ def test_query_string_is_urlencode(params: dict[str, str]) -> None:
 def test_boundary_ids_are_the_tie_groups_of_a_sorted_page(stamps: list[float], backwards: bool) -> None:
     rows = sorted(
         ({"_id": f"{number:04d}", "public_modified": stamp} for number, stamp in enumerate(stamps)),
-        key=lambda row: (row["public_modified"], row["_id"]), reverse=backwards,
+        key=lambda row: (row["public_modified"], row["_id"]),
+        reverse=backwards,
     )
     for value in set(stamps):
         at_value = [row["_id"] for row in rows if row["public_modified"] == value]
@@ -36,12 +38,21 @@ def test_boundary_ids_are_the_tie_groups_of_a_sorted_page(stamps: list[float], b
     assert boundary_ids(rows, "public_modified", -1.0) == []
 
 
-@given(st.lists(st.fixed_dictionaries(
-    {"_id": st.text(min_size=1, max_size=4)},
-    optional={"dateModified": TEXT, "title": TEXT, "public_modified": st.floats(allow_nan=False),
-              HIDDEN: st.just(True)},
-), max_size=20), st.lists(st.sampled_from(["dateModified", "title", "public_modified"]),
-                          unique=True))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"_id": st.text(min_size=1, max_size=4)},
+            optional={
+                "dateModified": TEXT,
+                "title": TEXT,
+                "public_modified": st.floats(allow_nan=False),
+                HIDDEN: st.just(True),
+            },
+        ),
+        max_size=20,
+    ),
+    st.lists(st.sampled_from(["dateModified", "title", "public_modified"]), unique=True),
+)
 def test_render_items_is_render_item_per_shown_row(rows: list[dict[str, Any]], fields: list[str]) -> None:
     expected = [render_item(row, fields) for row in rows if HIDDEN not in row]
     rendered = render_items(rows, fields)

@@ -17,18 +17,20 @@ tie group), transactions held open while later writes commit and are read
 past, pages of 1 to 4 rows that cut the groups, both directions. There the
 invariant holds with no watermark at all.
 """
+
 from __future__ import annotations
 
 import math
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
-from hypothesis.errors import FlakyFailure
 from hypothesis import strategies as st
+from hypothesis.errors import FlakyFailure
 from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
@@ -89,7 +91,11 @@ class Crawler:
         """One page after ``raw`` (the opaque offset), recorded."""
         offset = parse_offset(raw) if raw else None
         rows = self.store.feed_page(
-            self.collection, FIELDS, offset=offset, descending=descending, limit=limit,
+            self.collection,
+            FIELDS,
+            offset=offset,
+            descending=descending,
+            limit=limit,
             order=self.order,
         )
         key = self.feed_order.key
@@ -201,9 +207,7 @@ def replay(store: FeedStore, history: list[Step]) -> dict[str, Any]:
                     doc["version"] += 1
                     doc["dateModified"] = f"v{doc['version']}"
                     doc["public_modified"] = value
-                    docs[key] = store.save_data(
-                        collection, doc, insert=doc["version"] == 1, modified=False
-                    )
+                    docs[key] = store.save_data(collection, doc, insert=doc["version"] == 1, modified=False)
             elif step[0] == "read":
                 for crawler in crawlers:
                     crawler.read(step[1])
@@ -222,7 +226,8 @@ def make_store(mongo_client: MongoClient, db: str, watermark: float) -> FeedStor
 
 
 @settings(
-    max_examples=25, deadline=None,
+    max_examples=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(history=histories)
@@ -237,9 +242,15 @@ def test_every_latest_version_is_seen_when_delays_are_below_w(
 #: back-forth one through its history); then doc1 commits with a stamp 100 ms
 #: old: between doc0 and doc2, behind both crawlers.
 LATE_COMMIT: list[Step] = [
-    ("write", [0], 0), ("pause", 150), ("write", [2], 0),
-    ("read", 4), ("read", 4), ("read", 4),
-    ("write", [1], 100), ("read", 4), ("read", 4),
+    ("write", [0], 0),
+    ("pause", 150),
+    ("write", [2], 0),
+    ("read", 4),
+    ("read", 4),
+    ("read", 4),
+    ("write", [1], 100),
+    ("read", 4),
+    ("read", 4),
 ]
 
 
@@ -272,7 +283,8 @@ def test_the_search_finds_a_loss_when_w_is_zero(mongo_client: MongoClient, modul
 
     try:
         find(
-            histories, loses,
+            histories,
+            loses,
             settings=settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate]),
         )
     except FlakyFailure:
@@ -308,15 +320,13 @@ commit_transactions = st.tuples(
     st.lists(st.integers(0, DOCS - 1), min_size=2, max_size=4, unique=True),
     st.just(True),
 )
-commit_opens = st.tuples(
-    st.just("open"), st.lists(st.integers(0, DOCS - 1), min_size=1, max_size=4, unique=True)
-)
+commit_opens = st.tuples(st.just("open"), st.lists(st.integers(0, DOCS - 1), min_size=1, max_size=4, unique=True))
 commit_commits = st.tuples(st.just("commit"), st.integers(0, MAX_OPEN - 1))
 commit_reads = st.tuples(st.just("read"), st.integers(1, 4), st.booleans())
 commit_histories = st.lists(
-    st.one_of(commit_writes, commit_transactions, commit_opens, commit_commits, commit_reads,
-              commit_reads, pauses),
-    min_size=1, max_size=24,
+    st.one_of(commit_writes, commit_transactions, commit_opens, commit_commits, commit_reads, commit_reads, pauses),
+    min_size=1,
+    max_size=24,
 )
 
 
@@ -341,7 +351,7 @@ class CommitWorld:
     events: int = 0
 
     @classmethod
-    def open(cls, store: FeedStore) -> "CommitWorld":
+    def open(cls, store: FeedStore) -> CommitWorld:
         name = "commit_" + uuid.uuid4().hex[:10]
         # Created up front: a transaction that created it would hold every
         # other write to it until its commit.
@@ -372,9 +382,8 @@ class CommitWorld:
         keys = [key for key in keys if key not in self.locked]
         client = self.store.client
         if together and len(keys) > 1:
-            with client.start_session() as session:
-                with session.start_transaction():
-                    saved = {key: self.save(key, session) for key in keys}
+            with client.start_session() as session, session.start_transaction():
+                saved = {key: self.save(key, session) for key in keys}
             self.docs.update(saved)
         else:
             for key in keys:
@@ -472,7 +481,8 @@ def replay_commit(store: FeedStore, history: Sequence[Step]) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=50, deadline=None,
+    max_examples=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(history=commit_histories)
@@ -491,15 +501,20 @@ def test_commit_order_loses_nothing_and_repeats_only_tie_groups(
 #: LATE_COMMIT in commit order: doc1's transaction takes its stamp first
 #: and commits after both crawlers have read past doc0 and doc2.
 LATE_TRANSACTION: tuple[Step, ...] = (
-    ("open", [1]), ("write", [0], False), ("pause", 150), ("write", [2], False),
-    ("read", 4, True), ("read", 4, True), ("read", 4, True),
-    ("commit", 0), ("read", 4, True), ("read", 4, True),
+    ("open", [1]),
+    ("write", [0], False),
+    ("pause", 150),
+    ("write", [2], False),
+    ("read", 4, True),
+    ("read", 4, True),
+    ("read", 4, True),
+    ("commit", 0),
+    ("read", 4, True),
+    ("read", 4, True),
 )
 
 
-def test_late_commit_in_commit_order_needs_no_watermark(
-    mongo_client: MongoClient, module_db: str
-) -> None:
+def test_late_commit_in_commit_order_needs_no_watermark(mongo_client: MongoClient, module_db: str) -> None:
     """The history that loses doc1 in watermark order with W = 0 loses
     nothing in commit order with W = 0: doc1's position is its commit."""
     missed = replay_commit(make_store(mongo_client, module_db, 0.0), LATE_TRANSACTION)
@@ -524,8 +539,10 @@ def test_pages_cut_inside_transactions_send_each_row_once(
         world.write(["u2", "u0", "u1"], together=True)
         world.write(["c0"], together=False)
         world.settle()
-        positions = {entry["_id"]: entry[COMMITTED_TS] for entry in world.positions.find(
-            {"_id": {"$in": list(world.docs)}}, {COMMITTED_TS: 1})}
+        positions = {
+            entry["_id"]: entry[COMMITTED_TS]
+            for entry in world.positions.find({"_id": {"$in": list(world.docs)}}, {COMMITTED_TS: 1})
+        }
         assert len({positions[f"t{number}"] for number in range(5)}) == 1, "one transaction, one position"
         assert len({positions[f"u{number}"] for number in range(3)}) == 1
         expected = ["a0", "t0", "t1", "t2", "t3", "t4", "b0", "u0", "u1", "u2", "c0"]

@@ -1,27 +1,34 @@
 """The feed pages' JSON renderer: orjson when installed, the standard library
 otherwise, the same parsed JSON (values, float reprs, offsets, links) either
 way, through a real app on the test database."""
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
+import orjson  # noqa: F401  (the 'fast' extra, part of the test extra: both paths run)
 import pytest
 
 from openprocurement_feed import renderers
 from openprocurement_feed.renderers import FeedJSONRenderer, json_encoder, stdlib_dumps
 
-import orjson  # noqa: F401  (the 'fast' extra, part of the test extra: both paths run)
-
 SAMPLE = {
     "data": [
-        {"id": "a" * 32, "dateModified": "2026-05-12T12:00:00.490000+03:00",
-         "public_modified": 1778583600.49, "title": "Закупівля «ремонт» \u2028 ☃"},
-        {"id": "b" * 32, "public_modified": 0.1 + 0.2, "value": {"amount": 10**15 + 1,
-                                                                 "nested": [None, True, 1.5e-7]}},
+        {
+            "id": "a" * 32,
+            "dateModified": "2026-05-12T12:00:00.490000+03:00",
+            "public_modified": 1778583600.49,
+            "title": "Закупівля «ремонт» \u2028 ☃",
+        },
+        {"id": "b" * 32, "public_modified": 0.1 + 0.2, "value": {"amount": 10**15 + 1, "nested": [None, True, 1.5e-7]}},
     ],
-    "next_page": {"offset": "1778583600.49.1.0123456789abcdef0123456789abcdef",
-                  "path": "/api/2.5/tenders?offset=1778583600.49.1.0123", "uri": "http://x/?a=b&c=d"},
+    "next_page": {
+        "offset": "1778583600.49.1.0123456789abcdef0123456789abcdef",
+        "path": "/api/2.5/tenders?offset=1778583600.49.1.0123",
+        "uri": "http://x/?a=b&c=d",
+    },
 }
 
 
@@ -37,8 +44,7 @@ def test_both_encoders_give_the_same_parsed_json() -> None:
     for item in json.loads(fast(SAMPLE))["data"]:  # float reprs survive exactly
         original = next(entry for entry in SAMPLE["data"] if entry["id"] == item["id"])
         assert repr(item["public_modified"]) == repr(original["public_modified"])
-    assert json.loads(fast({"x": WithJSON()})) == json.loads(slow({"x": WithJSON()})) == {
-        "x": {"custom": "yes"}}
+    assert json.loads(fast({"x": WithJSON()})) == json.loads(slow({"x": WithJSON()})) == {"x": {"custom": "yes"}}
     for encode in (fast, slow):
         with pytest.raises(TypeError, match="not JSON serializable"):
             encode({"x": object()})
@@ -77,13 +83,23 @@ def test_feed_pages_are_the_same_with_either_renderer(two_apps: tuple[Any, Any])
     collection = store.collection("tenders")
     stamps = [1_700_000_000.0 + step / 1000 for step in range(0, 60, 3)] + [1_700_000_000.1] * 4
     for number, stamp in enumerate(stamps):
-        store.save_data(collection, {
-            "_id": f"{number:032x}", "public_modified": stamp, "status": "active",
-            "dateModified": f"2026-01-01T00:00:{number:02d}.123456+02:00",
-            "title": f"Тендер №{number} — «ремонт»",
-        }, insert=True, modified=False)
-    paths = ["/api/2.5/tenders?limit=7&opt_fields=public_modified,title",
-             "/api/2.5/tenders?limit=5&descending=1", "/api/2.5/tenders?limit=3&mode=_all_"]
+        store.save_data(
+            collection,
+            {
+                "_id": f"{number:032x}",
+                "public_modified": stamp,
+                "status": "active",
+                "dateModified": f"2026-01-01T00:00:{number:02d}.123456+02:00",
+                "title": f"Тендер №{number} — «ремонт»",
+            },
+            insert=True,
+            modified=False,
+        )
+    paths = [
+        "/api/2.5/tenders?limit=7&opt_fields=public_modified,title",
+        "/api/2.5/tenders?limit=5&descending=1",
+        "/api/2.5/tenders?limit=3&mode=_all_",
+    ]
     pages = 0
     for start in paths:
         path: str | None = start

@@ -1,16 +1,18 @@
 """Restricted objects over HTTP: nothing of a restricted object leaks to
 anyone but its owner, through any parameter or link, and a crawler still
 gets every restricted object's id and position."""
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+from upstream_example import BROKER, OTHER, post, served_example
 
 from openprocurement_feed.testing import crawl, get_json, wait_visible
-from upstream_example import BROKER, OTHER, post, served_example
 
 SECRET = "secret-defence-title"
 ALL_FIELDS = "title,owner,config,status,tenderID,public_modified,dateCreated"
@@ -32,21 +34,29 @@ def restricted_host(request: pytest.FixtureRequest, mongodb_uri: str) -> Iterato
         open_ids, secret_ids = [], []
         for number in range(6):
             restricted = number % 2 == 1
-            data: dict[str, Any] = {"title": f"{SECRET}-{number}" if restricted else f"open-{number}",
-                                    "tenderID": f"UA-{number}"}
+            data: dict[str, Any] = {
+                "title": f"{SECRET}-{number}" if restricted else f"open-{number}",
+                "tenderID": f"UA-{number}",
+            }
             if restricted:
                 data["config"] = {"restricted": True}
             tender = post(app, "/tenders", data, BROKER)
             (secret_ids if restricted else open_ids).append(tender["id"])
         open_sub = post(app, "/frameworks/f/submissions", {"title": "open-sub"}, BROKER)["id"]
-        secret_sub = post(app, "/frameworks/f/submissions",
-                          {"title": f"{SECRET}-sub", "config": {"restricted": True}}, BROKER)["id"]
+        secret_sub = post(
+            app, "/frameworks/f/submissions", {"title": f"{SECRET}-sub", "config": {"restricted": True}}, BROKER
+        )["id"]
         everything = open_ids + secret_ids
         wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], everything)
-        wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/frameworks/f/submissions")],
-                     [open_sub, secret_sub])
-        yield {"url": url, "open": open_ids, "secret": secret_ids, "open_sub": open_sub,
-               "secret_sub": secret_sub, "order": request.param}
+        wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/frameworks/f/submissions")], [open_sub, secret_sub])
+        yield {
+            "url": url,
+            "open": open_ids,
+            "secret": secret_ids,
+            "open_sub": open_sub,
+            "secret_sub": secret_sub,
+            "order": request.param,
+        }
     client: MongoClient = MongoClient(mongodb_uri)
     client.drop_database(db_name)
     client.close()
@@ -182,18 +192,27 @@ def test_masks_and_item_view(demo_app: Any, settings: dict[str, str]) -> None:
 
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")
-    config.add_feed("tenders", allowed_fields=("title",), restricted=True,
-                    masks={"title": "Hidden"}, item_view=item_view)
+    config.add_feed(
+        "tenders", allowed_fields=("title",), restricted=True, masks={"title": "Hidden"}, item_view=item_view
+    )
     app = config.make_wsgi_app()
     store = demo_app.app.registry.feed_store
     try:
-        secret, plain = save_in_the_past(store, store.collection("tenders"), [
-            {"title": SECRET, "config": {"restricted": True}, "owner": "broker"},
-            {"title": "plain"},
-        ])
+        secret, plain = save_in_the_past(
+            store,
+            store.collection("tenders"),
+            [
+                {"title": SECRET, "config": {"restricted": True}, "owner": "broker"},
+                {"title": "plain"},
+            ],
+        )
         data = TestApp(app).get("/api/2.5/tenders?opt_fields=title").json["data"]
-        assert data[0] == {"id": secret["_id"], "restricted": True, "title": "Hidden",
-                           "dateModified": secret["dateModified"]}
+        assert data[0] == {
+            "id": secret["_id"],
+            "restricted": True,
+            "title": "Hidden",
+            "dateModified": secret["dateModified"],
+        }
         assert data[1] == {"id": plain["_id"], "shown": ["dateModified", "title"]}
     finally:
         app.registry.feed_store.close()

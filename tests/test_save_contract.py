@@ -2,10 +2,12 @@
 ``_id``/``_rev``, ``dateModified``/``dateCreated`` from the request's time,
 ``is_masked`` dropped unless true, the visibility policies as hooks, and a
 clear error for an update without its revision."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
@@ -54,8 +56,7 @@ def test_id_and_rev_are_accepted_like_underscored_ones(store: Store) -> None:
 
 
 def test_dates_come_from_now_on_insert_and_update(store: Store) -> None:
-    saved = store.save_data(store.tenders, {"_id": "t", "dateModified": "old", "dateCreated": "old"},
-                            insert=True)
+    saved = store.save_data(store.tenders, {"_id": "t", "dateModified": "old", "dateCreated": "old"}, insert=True)
     assert saved["dateModified"] == saved["dateCreated"] == MOMENT.isoformat()
     stored = store.tenders.find_one({"_id": "t"})
     assert stored["dateModified"] == stored["dateCreated"] == MOMENT.isoformat()
@@ -93,8 +94,9 @@ def test_visibility_policies_are_hooks(mongo_client: MongoClient, db_name: str) 
     assert (docs["x"]["is_test"], docs["a"]["is_test"]) == (True, False)
 
 
-def test_the_default_clock_is_the_requests_time(mongo_client: MongoClient, db_name: str,
-                                                 settings: dict[str, str]) -> None:
+def test_the_default_clock_is_the_requests_time(
+    mongo_client: MongoClient, db_name: str, settings: dict[str, str]
+) -> None:
     """Two writes in one request share ``request.feed_now``."""
 
     class RequestClock(FeedStoreMixin):
@@ -106,8 +108,7 @@ def test_the_default_clock_is_the_requests_time(mongo_client: MongoClient, db_na
     def write_two(request: Request) -> dict[str, Any]:
         one = clock.save_data(clock.tenders, {"_id": "one"}, insert=True)
         two = clock.save_data(clock.tenders, {"_id": "two"}, insert=True)
-        return {"one": one["dateModified"], "two": two["dateModified"],
-                "now": request.feed_now.isoformat()}
+        return {"one": one["dateModified"], "two": two["dateModified"], "now": request.feed_now.isoformat()}
 
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")

@@ -1,4 +1,5 @@
 """Settings: defaults, env overrides and a precise error for every bad value."""
+
 from __future__ import annotations
 
 import pytest
@@ -126,8 +127,9 @@ def test_feed_order_and_sequencer() -> None:
     assert (settings.order, settings.sequencer) == ("watermark", "off")
     settings = parse_settings({"mongodb.uri": URI, "feed.order": "commit", "feed.sequencer": "thread"}, {})
     assert (settings.order, settings.sequencer) == ("commit", "thread")
-    overridden = parse_settings({"mongodb.uri": URI, "feed.order": "commit"},
-                                {"FEED_ORDER": "watermark", "FEED_SEQUENCER": "thread"})
+    overridden = parse_settings(
+        {"mongodb.uri": URI, "feed.order": "commit"}, {"FEED_ORDER": "watermark", "FEED_SEQUENCER": "thread"}
+    )
     assert (overridden.order, overridden.sequencer) == ("watermark", "thread")
     with pytest.raises(ConfigurationError, match="environment variable FEED_ORDER: 'both'"):
         parse_settings({"mongodb.uri": URI}, {"FEED_ORDER": "both"})

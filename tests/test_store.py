@@ -1,5 +1,6 @@
 """The store: stamped writes, optimistic concurrency, and the mixin on a host
 store class, against the real server."""
+
 from __future__ import annotations
 
 import time

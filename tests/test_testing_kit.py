@@ -1,8 +1,10 @@
 """The testing kit host applications use (``openprocurement_feed.testing``)."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from webtest import TestApp
@@ -17,10 +19,12 @@ from openprocurement_feed.testing import (
 )
 
 
-def test_make_settings_and_the_factory(feed_settings_factory: Callable[..., dict[str, str]],
-                                       mongodb_uri: str, db_name: str) -> None:
+def test_make_settings_and_the_factory(
+    feed_settings_factory: Callable[..., dict[str, str]], mongodb_uri: str, db_name: str
+) -> None:
     assert make_settings("mongodb://x/", "db") == {
-        "mongodb.uri": "mongodb://x/", "mongodb.db_name": "db",
+        "mongodb.uri": "mongodb://x/",
+        "mongodb.db_name": "db",
         "feed.watermark_seconds": str(TEST_WATERMARK),
     }
     made = feed_settings_factory(feed_order="commit")
@@ -29,8 +33,9 @@ def test_make_settings_and_the_factory(feed_settings_factory: Callable[..., dict
 
 
 def test_documents_saved_in_the_past_are_visible_at_once(demo_app: TestApp, store: Any) -> None:
-    saved = save_in_the_past(store, store.collection("tenders"),
-                             [{"tenderID": "a"}, {"tenderID": "b"}, {"tenderID": "c", "status": "draft"}])
+    saved = save_in_the_past(
+        store, store.collection("tenders"), [{"tenderID": "a"}, {"tenderID": "b"}, {"tenderID": "c", "status": "draft"}]
+    )
     stamps = [doc["public_modified"] for doc in saved]
     assert stamps == sorted(stamps) and stamps[0] < time.time() - 3000
     data = demo_app.get("/api/2.5/tenders?opt_fields=tenderID").json["data"]  # no wait
@@ -43,5 +48,4 @@ def test_wait_visible_over_http_and_its_failure(demo_app: TestApp) -> None:
         seen = wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], [tender["id"]])
         assert tender["id"] in seen
         with pytest.raises(AssertionError, match="1 documents not visible.*'missing-id'"):
-            wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")],
-                         ["missing-id"], timeout=0.3)
+            wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], ["missing-id"], timeout=0.3)

@@ -1,13 +1,15 @@
 """The upstream-shaped example host app of ``examples/``, for the tests."""
+
 from __future__ import annotations
 
 import base64
 import importlib.util
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.testing import serve_http

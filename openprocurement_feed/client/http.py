@@ -12,14 +12,16 @@ retries what is worth retrying:
   caller starts over;
 * anything else: :class:`~.errors.FeedError` at once.
 """
+
 from __future__ import annotations
 
 import email.utils
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
@@ -132,9 +134,7 @@ def error_description(response: requests.Response) -> str:
     """The ``description`` of a JSON error body, else the start of the body."""
     try:
         body = response.json()
-        return "; ".join(
-            f"{error.get('name', '?')}: {error.get('description', '')}" for error in body["errors"]
-        )
+        return "; ".join(f"{error.get('name', '?')}: {error.get('description', '')}" for error in body["errors"])
     except (ValueError, KeyError, TypeError, AttributeError):
         text = response.text.strip().replace("\n", " ")
         return text[:200]
@@ -183,17 +183,17 @@ def read_page(body: Any, url: str, started_at: float) -> Page:
     """A :class:`Page` from a decoded feed response; :class:`FeedError` when
     the body is not a feed page."""
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        raise FeedError(f"{url} did not return a feed page (no \"data\" list)")
+        raise FeedError(f'{url} did not return a feed page (no "data" list)')
     next_page = body.get("next_page")
     if not isinstance(next_page, dict) or not isinstance(next_page.get("offset"), str):
-        raise FeedError(f"{url} did not return a feed page (no \"next_page\" offset)")
+        raise FeedError(f'{url} did not return a feed page (no "next_page" offset)')
     items = body["data"]
     if not all(isinstance(item, dict) for item in items):
         raise FeedError(f"{url} returned feed items that are not objects")
     prev_page = body.get("prev_page")
     prev_offset = prev_page.get("offset") if isinstance(prev_page, dict) else None
     if prev_offset is not None and not isinstance(prev_offset, str):
-        raise FeedError(f"{url} returned a \"prev_page\" offset that is not a string")
+        raise FeedError(f'{url} returned a "prev_page" offset that is not a string')
     return Page(
         items=items,
         next_offset=next_page["offset"],
@@ -340,8 +340,7 @@ class FeedHTTP:
                 body = response.json()
             except ValueError:
                 raise FeedError(
-                    f"{url} did not return JSON (Content-Type: "
-                    f"{response.headers.get('Content-Type', 'none')})"
+                    f"{url} did not return JSON (Content-Type: {response.headers.get('Content-Type', 'none')})"
                 ) from None
             return read_page(body, url, started)
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
@@ -375,8 +374,9 @@ class FeedHTTP:
 
     def _before_sleep(self, state: RetryCallState, url: str) -> None:
         reason = _reason(state)
-        log.info("Retrying %s in %.2f s (attempt %d failed: %s)", url, state.upcoming_sleep,
-                 state.attempt_number, reason)
+        log.info(
+            "Retrying %s in %.2f s (attempt %d failed: %s)", url, state.upcoming_sleep, state.attempt_number, reason
+        )
         if self.on_retry is not None:
             self.on_retry(RetryEvent(url, state.attempt_number, state.upcoming_sleep, reason))
 

@@ -9,12 +9,14 @@ databridge then reads every object with ``GET {feed}/{id}``. An
 the page's order. An object that answers ``404`` was deleted (or hidden)
 since the page was served: it is skipped with a warning, not fatal.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import requests
@@ -68,8 +70,7 @@ class ObjectFetcher:
             session.mount("https://", adapter)
         self.session = session
         self.session.headers.update(
-            {key: value for key, value in http.session.headers.items()
-             if key in ("User-Agent", "Accept")}
+            {key: value for key, value in http.session.headers.items() if key in ("User-Agent", "Accept")}
         )
         parts = urlsplit(http.identity.url)
         self._base = (parts.scheme, parts.netloc, parts.path.rstrip("/"))
@@ -129,7 +130,7 @@ class ObjectFetcher:
                     raise FeedError(f"{url} did not return JSON") from None
                 data = body.get("data") if isinstance(body, dict) else None
                 if not isinstance(data, dict):
-                    raise FeedError(f"{url} did not return an object (no \"data\" object)")
+                    raise FeedError(f'{url} did not return an object (no "data" object)')
                 return data
             if status == 404:
                 return None

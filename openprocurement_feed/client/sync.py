@@ -16,15 +16,17 @@ After the handler returned for a page, the page's items are remembered for
 de-duplication and the new cursors are written to the state file: delivery is
 at least once, a restart resumes where the last saved page ended.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import requests
 
@@ -184,8 +186,15 @@ class FeedSync:
         self._sleep_function = sleep
         self._stopping = threading.Event()
         self.http = FeedHTTP(
-            url, mode=mode, opt_fields=opt_fields, limit=limit, session=session,
-            timeout=timeout, retry=retry, sleep=self._sleep, clock=clock,
+            url,
+            mode=mode,
+            opt_fields=opt_fields,
+            limit=limit,
+            session=session,
+            timeout=timeout,
+            retry=retry,
+            sleep=self._sleep,
+            clock=clock,
             on_retry=self._retried,
         )
         if state is None or isinstance(state, StateFile):
@@ -193,9 +202,7 @@ class FeedSync:
         else:
             self.state_file = StateFile(state)
         try:
-            self.state = (
-                self.state_file.load(self.feed) if self.state_file is not None else SyncState(feed=self.feed)
-            )
+            self.state = self.state_file.load(self.feed) if self.state_file is not None else SyncState(feed=self.feed)
         except BaseException:
             self.http.close()
             raise
@@ -240,7 +247,7 @@ class FeedSync:
             self.objects.close()
         self.http.close()
 
-    def __enter__(self) -> "FeedSync":
+    def __enter__(self) -> FeedSync:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -303,8 +310,9 @@ class FeedSync:
             if page.next_offset != offset:
                 return True  # more changes waiting: forward again before history
             log.warning(
-                "%s returned a full page without moving the forward offset %r; "
-                "not asking again before the next poll", self.feed.url, offset,
+                "%s returned a full page without moving the forward offset %r; not asking again before the next poll",
+                self.feed.url,
+                offset,
             )
         if not self.state.backward_done:
             self._backward_page()
@@ -320,7 +328,7 @@ class FeedSync:
         page = self._fetch(None, descending=True)
         if page.prev_offset is None:
             raise FeedError(
-                f"{self.feed.url} returned no \"prev_page\" for a descending request; "
+                f'{self.feed.url} returned no "prev_page" for a descending request; '
                 "it does not follow the openprocurement feed protocol"
             )
         if page.items:
@@ -397,8 +405,13 @@ class FeedSync:
                 fetched = self.objects.fetch_page(fresh)
                 self.stats.objects += len(fetched.objects)
                 self.stats.objects_missing += len(fetched.missing)
-                batch = Batch(items=fresh, direction=direction, may_repeat=may_repeat,
-                              objects=fetched.objects, missing=tuple(fetched.missing))
+                batch = Batch(
+                    items=fresh,
+                    direction=direction,
+                    may_repeat=may_repeat,
+                    objects=fetched.objects,
+                    missing=tuple(fetched.missing),
+                )
             self.handler(batch)
             for item in fresh:
                 self.seen.add(item)
@@ -429,8 +442,7 @@ class FeedSync:
         self._rejections_in_row += 1
         if self._rejections_in_row > self.max_restarts:
             raise FeedError(
-                f"{self.feed.url} rejected {self._rejections_in_row} offsets in a row "
-                f"(last: {error}); giving up"
+                f"{self.feed.url} rejected {self._rejections_in_row} offsets in a row (last: {error}); giving up"
             ) from None
         log.warning("%s; starting over from the newest page of %s", str(error), self.feed.url)
         self._prefetched.clear()

@@ -5,6 +5,7 @@ plans and contracts and keeps background writers patching all three at the
 asked rate, so the feeds move. The status line says the rate asked and the
 rate achieved. Ctrl-C stops the writers, the HTTP server and the database.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from pyramid.exceptions import ConfigurationError
 
@@ -45,36 +47,53 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=port_number, default=6543, help="port to listen on (default: %(default)s)")
     parser.add_argument(
-        "--watermark", type=watermark_seconds, default=1.0,
+        "--watermark",
+        type=watermark_seconds,
+        default=1.0,
         help="feed watermark W in seconds, 0 disables it (default: %(default)s)",
     )
     parser.add_argument(
-        "--order", choices=("commit", "watermark"), default="commit",
-        help="the order of the main feed; the other order is served beside it "
-             "(default: %(default)s)",
+        "--order",
+        choices=("commit", "watermark"),
+        default="commit",
+        help="the order of the main feed; the other order is served beside it (default: %(default)s)",
     )
     parser.add_argument(
-        "--rate", type=non_negative_float, default=5.0,
+        "--rate",
+        type=non_negative_float,
+        default=5.0,
         help="background patches per second, 0 for none (default: %(default)s)",
     )
-    parser.add_argument("--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)")
+    parser.add_argument(
+        "--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)"
+    )
     parser.add_argument("--plans", type=positive_int, default=20, help="sample plans to create (default: %(default)s)")
-    parser.add_argument("--contracts", type=positive_int, default=20, help="sample contracts to create (default: %(default)s)")
+    parser.add_argument(
+        "--contracts", type=positive_int, default=20, help="sample contracts to create (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the sample documents (default: %(default)s)")
     parser.add_argument(
-        "--write-delay", type=delay_range, default="0", metavar="MS",
+        "--write-delay",
+        type=delay_range,
+        default="0",
+        metavar="MS",
         help="ms a write stays open after its stamp: 0, 20 or a range 5-40 (default: %(default)s)",
     )
     parser.add_argument(
-        "--status-every", type=positive_float, default=30.0, metavar="S",
+        "--status-every",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
         help="seconds between two status lines (default: %(default)s)",
     )
     parser.add_argument(
-        "--data-dir", default=None,
+        "--data-dir",
+        default=None,
         help="keep the database in this folder (default: a throwaway folder)",
     )
     parser.add_argument(
-        "--mongodb-uri", default=None,
+        "--mongodb-uri",
+        default=None,
         help="use this MongoDB instead of the embedded database",
     )
     parser.set_defaults(func=run)
@@ -110,15 +129,17 @@ class RateMeter:
         elapsed = max(now - self.last_time, 1e-9)
         achieved = (patches - self.last_patches) / elapsed
         self.last_patches, self.last_time = patches, now
-        text = (f"{patches} patches written by {len(writers)} writers; "
-                f"asked {self.asked:g}/s, achieved {achieved:.1f}/s")
+        text = f"{patches} patches written by {len(writers)} writers; asked {self.asked:g}/s, achieved {achieved:.1f}/s"
         if achieved < SHORTFALL * self.asked:
             text += " (below the rate asked: the API cannot keep up)"
         return text
 
 
 def status_line(
-    elapsed: float, writer: Any, sequencer: Any, registry: Any = None,
+    elapsed: float,
+    writer: Any,
+    sequencer: Any,
+    registry: Any = None,
     meter: RateMeter | None = None,
 ) -> str:
     """The periodic status: patches written (asked and achieved rates), the
@@ -177,14 +198,22 @@ def seed(server: Any, args: argparse.Namespace, stop: threading.Event | None = N
         if existing < count:
             tender_ids = [target for kind, target in targets if kind == "tenders"]
             missing = count - existing
-            shares = [missing // SEED_CLIENTS + (1 if part < missing % SEED_CLIENTS else 0)
-                      for part in range(SEED_CLIENTS)]
+            shares = [
+                missing // SEED_CLIENTS + (1 if part < missing % SEED_CLIENTS else 0) for part in range(SEED_CLIENTS)
+            ]
             with ThreadPoolExecutor(max_workers=SEED_CLIENTS) as pool:
                 futures = [
-                    pool.submit(create_objects, api, resource, share,
-                                seed=(args.seed * 10 + number) * 100 + part, tender_ids=tender_ids,
-                                stop=stop)
-                    for part, share in enumerate(shares) if share
+                    pool.submit(
+                        create_objects,
+                        api,
+                        resource,
+                        share,
+                        seed=(args.seed * 10 + number) * 100 + part,
+                        tender_ids=tender_ids,
+                        stop=stop,
+                    )
+                    for part, share in enumerate(shares)
+                    if share
                 ]
                 for future in futures:
                     future.result()
@@ -200,16 +229,13 @@ def writer_count(args: argparse.Namespace) -> int:
     return writers_for_rate(args.rate, parse_delay(args.write_delay, "--write-delay"))
 
 
-def start_writers(
-    api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int
-) -> list[Any]:
+def start_writers(api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int) -> list[Any]:
     """``count`` writer threads sharing one schedule at ``--rate``."""
     from ..demo.load import Pacer, PatchWriter
 
     pacer = Pacer(args.rate) if count else None
     writers = [
-        PatchWriter(api, targets, pacer=pacer, seed=args.seed * 1000 + number,
-                    name=f"background-writer-{number}")
+        PatchWriter(api, targets, pacer=pacer, seed=args.seed * 1000 + number, name=f"background-writer-{number}")
         for number in range(count)
     ]
     for writer in writers:
@@ -226,8 +252,7 @@ def run(args: argparse.Namespace) -> int:
     count = writer_count(args)
     try:
         # HTTP threads for every writer, and as many again for crawlers.
-        server = DemoServer(_settings(args), host=args.host, port=args.port,
-                            threads=max(8, 2 * count))
+        server = DemoServer(_settings(args), host=args.host, port=args.port, threads=max(8, 2 * count))
     except ConfigurationError as error:
         raise CommandError(str(error)) from None
     except OSError as error:
@@ -258,17 +283,23 @@ def run(args: argparse.Namespace) -> int:
         seeding = time.monotonic()
         targets = seed(server, args, stop)
         kinds = Counter(kind for kind, _ in targets)
-        print(f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "
-              f"{kinds['contracts']} contracts ({time.monotonic() - seeding:.1f} s); "
-              f"{count} writers for {args.rate:g} patches/s",
-              file=sys.stderr, flush=True)
+        print(
+            f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "
+            f"{kinds['contracts']} contracts ({time.monotonic() - seeding:.1f} s); "
+            f"{count} writers for {args.rate:g} patches/s",
+            file=sys.stderr,
+            flush=True,
+        )
         if args.rate > 0 and not stop.is_set():
             writers = start_writers(api, targets, args, count)
         meter = RateMeter(args.rate) if writers else None
         started = time.monotonic()
         while not stop.wait(args.status_every):
-            print(status_line(time.monotonic() - started, writers, sequencer, server.registry, meter),
-                  file=sys.stderr, flush=True)
+            print(
+                status_line(time.monotonic() - started, writers, sequencer, server.registry, meter),
+                file=sys.stderr,
+                flush=True,
+            )
         print("\nStopping...", file=sys.stderr)
     except KeyboardInterrupt:
         print("\nStopping...", file=sys.stderr)

@@ -12,6 +12,7 @@ With --fetch the command reads the whole object of every new item
 of the feed items; an object deleted since its page was served (404) is
 skipped with a warning.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,7 @@ def field_list(value: str) -> list[str]:
     names = [name.strip() for name in value.split(",") if name.strip()]
     bad = [name for name in names if not FIELD_RE.fullmatch(name)]
     if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated list of field names, got {value!r}"
-        )
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of field names, got {value!r}")
     return names
 
 
@@ -47,37 +46,81 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("url", type=http_url, metavar="URL",
-                        help="the feed URL, e.g. http://127.0.0.1:6543/api/2.5/tenders")
-    parser.add_argument("--state", required=True, metavar="FILE",
-                        help="the state file: read at start if it exists, rewritten after every page")
-    parser.add_argument("--out", metavar="FILE",
-                        help="append each new item here as one JSON object per line "
-                             "(default: count the items only)")
-    parser.add_argument("--follow", action="store_true",
-                        help="keep polling for changes once caught up (until Ctrl-C)")
-    parser.add_argument("--mode", choices=MODES,
-                        help="feed mode: test objects only, or _all_ (default: real objects only)")
-    parser.add_argument("--opt-fields", type=field_list, metavar="LIST",
-                        help="extra item fields to ask for, comma-separated")
-    parser.add_argument("--limit", type=positive_int, default=100, metavar="N",
-                        help="page size to ask for; the server may clamp it (default: %(default)s)")
-    parser.add_argument("--poll", type=positive_float, default=1.0, metavar="SECONDS",
-                        help="seconds between polls once caught up (default: %(default)s)")
-    parser.add_argument("--give-up-after", type=non_negative_float, default=300.0, metavar="SECONDS",
-                        help="stop retrying a failing request after this long, 0 for never "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-attempts", type=positive_int, default=None, metavar="N",
-                        help="stop retrying a failing request after N attempts (default: no limit)")
-    parser.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                        help="HTTP read timeout (default: %(default)s)")
-    parser.add_argument("--dedup-size", type=positive_int, default=100_000, metavar="N",
-                        help="item versions remembered to filter duplicates (default: %(default)s)")
-    parser.add_argument("--fetch", action="store_true",
-                        help="fetch the whole object of every new item (GET URL/{id}) and write "
-                             "the objects instead of the feed items")
-    parser.add_argument("--fetch-concurrency", type=positive_int, default=8, metavar="N",
-                        help="with --fetch: object requests in flight at most (default: %(default)s)")
+    parser.add_argument(
+        "url", type=http_url, metavar="URL", help="the feed URL, e.g. http://127.0.0.1:6543/api/2.5/tenders"
+    )
+    parser.add_argument(
+        "--state",
+        required=True,
+        metavar="FILE",
+        help="the state file: read at start if it exists, rewritten after every page",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="append each new item here as one JSON object per line (default: count the items only)",
+    )
+    parser.add_argument("--follow", action="store_true", help="keep polling for changes once caught up (until Ctrl-C)")
+    parser.add_argument(
+        "--mode", choices=MODES, help="feed mode: test objects only, or _all_ (default: real objects only)"
+    )
+    parser.add_argument(
+        "--opt-fields", type=field_list, metavar="LIST", help="extra item fields to ask for, comma-separated"
+    )
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=100,
+        metavar="N",
+        help="page size to ask for; the server may clamp it (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--poll",
+        type=positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between polls once caught up (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--give-up-after",
+        type=non_negative_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="stop retrying a failing request after this long, 0 for never (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="stop retrying a failing request after N attempts (default: no limit)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="HTTP read timeout (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dedup-size",
+        type=positive_int,
+        default=100_000,
+        metavar="N",
+        help="item versions remembered to filter duplicates (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch the whole object of every new item (GET URL/{id}) and write the objects instead of the feed items",
+    )
+    parser.add_argument(
+        "--fetch-concurrency",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="with --fetch: object requests in flight at most (default: %(default)s)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     parser.set_defaults(func=run)
 
@@ -101,8 +144,13 @@ class Progress:
         from tqdm import tqdm
 
         self.bar = tqdm(
-            desc="sync", unit=" items", file=sys.stderr, disable=not enabled,
-            dynamic_ncols=True, mininterval=0.25, smoothing=0.1,
+            desc="sync",
+            unit=" items",
+            file=sys.stderr,
+            disable=not enabled,
+            dynamic_ncols=True,
+            mininterval=0.25,
+            smoothing=0.1,
         )
         self.shown = 0
         self.waiting = ""
@@ -147,8 +195,7 @@ def summary(stats: Any, state_path: str, out_path: str | None) -> str:
         f"Synced {stats.items} items{where} from {stats.pages} pages "
         f"({stats.backward_pages} backward, {stats.forward_pages} forward, {stats.polls} empty polls) "
         f"in {stats.elapsed:.1f} s ({stats.items_per_second:.0f} items/s).",
-        f"Duplicates filtered: {stats.duplicates}; retries: {stats.retries}; "
-        f"offset restarts: {stats.restarts}.",
+        f"Duplicates filtered: {stats.duplicates}; retries: {stats.retries}; offset restarts: {stats.restarts}.",
     ]
     if stats.objects or stats.objects_missing:
         lines.append(
@@ -156,7 +203,8 @@ def summary(stats: Any, state_path: str, out_path: str | None) -> str:
             f"gone (404, skipped): {stats.objects_missing}."
         )
     lines += [
-        "Backward crawl: " + ("done" if stats.backward_done else "not done yet")
+        "Backward crawl: "
+        + ("done" if stats.backward_done else "not done yet")
         + ("; forward crawl caught up." if stats.caught_up_at is not None else "; forward crawl not caught up.")
         + f" State file: {state_path}.",
     ]
@@ -186,12 +234,19 @@ def run(args: argparse.Namespace) -> int:
         handler = writer if writer is not None else (lambda batch: None)
         try:
             client = FeedSync(
-                args.url, handler, args.state,
-                mode=args.mode or "", opt_fields=args.opt_fields or (), limit=args.limit,
-                poll_interval=args.poll, dedup_size=args.dedup_size, retry=retry,
+                args.url,
+                handler,
+                args.state,
+                mode=args.mode or "",
+                opt_fields=args.opt_fields or (),
+                limit=args.limit,
+                poll_interval=args.poll,
+                dedup_size=args.dedup_size,
+                retry=retry,
                 timeout=(10.0, args.timeout),
                 on_progress=progress.update,
-                fetch_objects=args.fetch, fetch_concurrency=args.fetch_concurrency,
+                fetch_objects=args.fetch,
+                fetch_concurrency=args.fetch_concurrency,
                 on_retry=lambda event: progress.retry(client.stats, event),
             )
         except (StateError, FeedError) as error:
@@ -244,7 +299,7 @@ class _graceful_stop:
         # Event.set takes a lock the interrupted frame may hold: set it from a thread.
         threading.Thread(target=self.client.stop, name="sync-stop", daemon=True).start()
 
-    def __enter__(self) -> "_graceful_stop":
+    def __enter__(self) -> _graceful_stop:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self.previous[signum] = signal.signal(signum, self._handle)

@@ -22,6 +22,7 @@ Each write runs in one multi-document transaction; ``demo.write_delay_ms``
 keeps it open for a random time after the stamp, so writes commit out of
 stamp order as they do in production.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,8 +58,12 @@ def includeme(config: Configurator) -> None:
     if demo_settings.both_orders:
         other = "watermark" if feed.order == "commit" else "commit"
         config.add_feed(
-            f"tenders_{other}", path=f"tenders-{other}", collection=feed.collection,
-            allowed_fields=TENDERS.feed_fields, order=other, **restricted,
+            f"tenders_{other}",
+            path=f"tenders-{other}",
+            collection=feed.collection,
+            allowed_fields=TENDERS.feed_fields,
+            order=other,
+            **restricted,
         )
 
 

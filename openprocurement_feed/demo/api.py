@@ -8,14 +8,16 @@ the resource. Server-owned fields in a body (``id``, ``dateCreated``,
 create and edit roles do; storage fields (``_id``, ``_rev``,
 ``public_modified``…) and keys starting with ``$`` are refused with 422.
 """
+
 from __future__ import annotations
 
 import math
 import random
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from pymongo import ReturnDocument
 from pymongo.errors import (
@@ -95,12 +97,9 @@ def read_data(request: Request, resource: Resource) -> dict[str, Any]:
     except (ValueError, RecursionError) as error:
         raise BadRequest("body", f"Expecting a JSON body: {error}") from None
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-        raise BadRequest("data", "Expecting an object {\"data\": {...}}")
+        raise BadRequest("data", 'Expecting an object {"data": {...}}')
     data = body["data"]
-    bad = sorted(
-        key for key in data
-        if key in INTERNAL_FIELDS or not isinstance(key, str) or key.startswith("$")
-    )
+    bad = sorted(key for key in data if key in INTERNAL_FIELDS or not isinstance(key, str) or key.startswith("$"))
     if bad:
         raise BadRequest("data", f"These fields cannot be set: {', '.join(bad)}")
     if "status" in data and data["status"] not in resource.statuses:
@@ -193,8 +192,10 @@ def public_id(store: FeedStore, resource: Resource, moment: datetime) -> str:
         # and takes the next value from the winner's counter.
         try:
             counter = counters.find_one_and_update(
-                {"_id": f"{resource.name}-{day}"}, {"$inc": {"value": 1}},
-                upsert=True, return_document=ReturnDocument.AFTER,
+                {"_id": f"{resource.name}-{day}"},
+                {"$inc": {"value": 1}},
+                upsert=True,
+                return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError:
             counter = None
@@ -219,9 +220,7 @@ def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         if request.authenticated_userid is not None:
             obj["owner"] = request.authenticated_userid
         collection = store.collection(store_name(request, resource))
-        saved = in_transaction(
-            request, lambda session: store.save_data(collection, obj, insert=True, session=session)
-        )
+        saved = in_transaction(request, lambda session: store.save_data(collection, obj, insert=True, session=session))
         assert saved is not None
         request.response.status = 201
         request.response.headers["Location"] = request.route_url(

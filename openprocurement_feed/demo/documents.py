@@ -12,19 +12,32 @@ Everything is drawn from the ``random.Random`` passed in, so one seed gives
 the same documents every time. Server-owned fields (``id``, ``tenderID``,
 ``dateModified``…) are left out: the API sets them.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import Any
 
 #: Regions of Ukraine as ``address.region`` spells them.
 REGIONS = (
-    "м. Київ", "Київська область", "Львівська область", "Одеська область",
-    "Харківська область", "Дніпропетровська область", "Вінницька область",
-    "Полтавська область", "Черкаська область", "Житомирська область",
-    "Закарпатська область", "Волинська область", "Рівненська область",
-    "Чернігівська область", "Сумська область", "Запорізька область",
+    "м. Київ",
+    "Київська область",
+    "Львівська область",
+    "Одеська область",
+    "Харківська область",
+    "Дніпропетровська область",
+    "Вінницька область",
+    "Полтавська область",
+    "Черкаська область",
+    "Житомирська область",
+    "Закарпатська область",
+    "Волинська область",
+    "Рівненська область",
+    "Чернігівська область",
+    "Сумська область",
+    "Запорізька область",
 )
 LOCALITIES = ("Київ", "Львів", "Одеса", "Харків", "Дніпро", "Вінниця", "Полтава", "Черкаси")
 #: ``ДК021`` codes with their descriptions.
@@ -40,31 +53,106 @@ CLASSIFICATIONS = (
     ("22810000-1", "Паперові чи картонні реєстраційні журнали"),
     ("09310000-5", "Електрична енергія"),
 )
-UNITS = (("H87", "штуки"), ("KGM", "кілограми"), ("LTR", "літр"), ("E48", "послуга"),
-         ("MTK", "метри квадратні"), ("KWH", "кіловат-година"), ("PK", "упаковка"))
-WORDS = (
-    "закупівля постачання ремонт капітальний поточний обладнання медичного "
-    "призначення послуги з прибирання приміщень будівництво реконструкція "
-    "шкільних закладів програмне забезпечення паливо дизельне бензин "
-    "електрична енергія харчування лабораторні реагенти транспортні засоби "
-    "технічне обслуговування папір офісний меблі охорона об'єктів"
-).split()
+UNITS = (
+    ("H87", "штуки"),
+    ("KGM", "кілограми"),
+    ("LTR", "літр"),
+    ("E48", "послуга"),
+    ("MTK", "метри квадратні"),
+    ("KWH", "кіловат-година"),
+    ("PK", "упаковка"),
+)
+WORDS = [
+    "закупівля",
+    "постачання",
+    "ремонт",
+    "капітальний",
+    "поточний",
+    "обладнання",
+    "медичного",
+    "призначення",
+    "послуги",
+    "з",
+    "прибирання",
+    "приміщень",
+    "будівництво",
+    "реконструкція",
+    "шкільних",
+    "закладів",
+    "програмне",
+    "забезпечення",
+    "паливо",
+    "дизельне",
+    "бензин",
+    "електрична",
+    "енергія",
+    "харчування",
+    "лабораторні",
+    "реагенти",
+    "транспортні",
+    "засоби",
+    "технічне",
+    "обслуговування",
+    "папір",
+    "офісний",
+    "меблі",
+    "охорона",
+    "об'єктів",
+]
 #: Procedure types with the statuses their tenders pass through.
 PROCEDURES = (
-    ("belowThreshold", "open",
-     ("active.enquiries", "active.tendering", "active.auction", "active.qualification",
-      "active.awarded", "complete", "cancelled", "unsuccessful")),
-    ("aboveThresholdUA", "open",
-     ("active.tendering", "active.auction", "active.qualification", "active.awarded",
-      "complete", "cancelled", "unsuccessful")),
-    ("aboveThresholdEU", "open",
-     ("active.tendering", "active.pre-qualification", "active.pre-qualification.stand-still",
-      "active.auction", "active.qualification", "active.awarded", "complete", "unsuccessful")),
+    (
+        "belowThreshold",
+        "open",
+        (
+            "active.enquiries",
+            "active.tendering",
+            "active.auction",
+            "active.qualification",
+            "active.awarded",
+            "complete",
+            "cancelled",
+            "unsuccessful",
+        ),
+    ),
+    (
+        "aboveThresholdUA",
+        "open",
+        (
+            "active.tendering",
+            "active.auction",
+            "active.qualification",
+            "active.awarded",
+            "complete",
+            "cancelled",
+            "unsuccessful",
+        ),
+    ),
+    (
+        "aboveThresholdEU",
+        "open",
+        (
+            "active.tendering",
+            "active.pre-qualification",
+            "active.pre-qualification.stand-still",
+            "active.auction",
+            "active.qualification",
+            "active.awarded",
+            "complete",
+            "unsuccessful",
+        ),
+    ),
     ("reporting", "limited", ("active", "complete", "cancelled")),
     ("negotiation", "limited", ("active", "complete", "cancelled", "unsuccessful")),
 )
-DOCUMENT_TYPES = ("tenderNotice", "technicalSpecifications", "biddingDocuments",
-                  "evaluationCriteria", "contractProforma", "eligibilityCriteria")
+DOCUMENT_TYPES = (
+    "tenderNotice",
+    "technicalSpecifications",
+    "biddingDocuments",
+    "evaluationCriteria",
+    "contractProforma",
+    "eligibilityCriteria",
+)
 
 
 def words(rng: random.Random, count: int) -> str:
@@ -138,11 +226,13 @@ def item(rng: random.Random, start: datetime, lot_id: str | None) -> dict[str, A
         "description": words(rng, rng.randint(4, 14)),
         "classification": {"scheme": "ДК021", "id": code, "description": description},
         "additionalClassifications": [
-            {"scheme": "ДКПП", "id": f"{rng.randint(10, 99)}.{rng.randint(10, 99)}.{rng.randint(10, 99)}",
-             "description": words(rng, 3)}
+            {
+                "scheme": "ДКПП",
+                "id": f"{rng.randint(10, 99)}.{rng.randint(10, 99)}.{rng.randint(10, 99)}",
+                "description": words(rng, 3),
+            }
         ],
-        "unit": {"code": unit_code, "name": unit_name,
-                 "value": value(rng, rng.uniform(1, 5000))},
+        "unit": {"code": unit_code, "name": unit_name, "value": value(rng, rng.uniform(1, 5000))},
         "quantity": rng.randint(1, 1000),
         "deliveryDate": period(start + timedelta(days=30), rng.randint(30, 300)),
         "deliveryAddress": address(rng),
@@ -181,9 +271,14 @@ def tender(rng: random.Random, mode: str | None = None) -> dict[str, Any]:
     lots: list[dict[str, Any]] = []
     if method == "open" and count > 1 and rng.random() < 0.4:
         lots = [
-            {"id": hex_id(rng), "title": words(rng, 4), "description": words(rng, 10),
-             "status": "active", "value": value(rng, rng.uniform(10_000, 2_000_000)),
-             "minimalStep": value(rng, rng.uniform(100, 10_000))}
+            {
+                "id": hex_id(rng),
+                "title": words(rng, 4),
+                "description": words(rng, 10),
+                "status": "active",
+                "value": value(rng, rng.uniform(10_000, 2_000_000)),
+                "minimalStep": value(rng, rng.uniform(100, 10_000)),
+            }
             for _ in range(rng.randint(2, min(10, count)))
         ]
     items = [item(rng, start, rng.choice(lots)["id"] if lots else None) for _ in range(count)]
@@ -214,8 +309,9 @@ def tender(rng: random.Random, mode: str | None = None) -> dict[str, Any]:
     if lots:
         data["lots"] = lots
     if status in ("active.awarded", "complete"):
-        data["contracts"] = [{"id": hex_id(rng), "status": "active" if status == "complete" else "pending",
-                              "awardID": hex_id(rng)}]
+        data["contracts"] = [
+            {"id": hex_id(rng), "status": "active" if status == "complete" else "pending", "awardID": hex_id(rng)}
+        ]
     if mode:
         data["mode"] = mode
     return data
@@ -235,12 +331,18 @@ def plan(rng: random.Random, mode: str | None = None) -> dict[str, Any]:
         "budget": {
             "id": f"{rng.randint(1, 9999)}",
             "description": words(rng, rng.randint(4, 12)),
-            "amount": round(amount, 2), "amountNet": round(amount / 1.2, 2), "currency": "UAH",
+            "amount": round(amount, 2),
+            "amountNet": round(amount / 1.2, 2),
+            "currency": "UAH",
             "year": start.year,
             "period": period(start, 365),
             "breakdown": [
-                {"id": hex_id(rng), "title": rng.choice(("state", "local", "own")),
-                 "description": words(rng, 4), "value": value(rng, amount / 2)}
+                {
+                    "id": hex_id(rng),
+                    "title": rng.choice(("state", "local", "own")),
+                    "description": words(rng, 4),
+                    "value": value(rng, amount / 2),
+                }
             ],
         },
         "tender": {
@@ -286,9 +388,17 @@ def patch(resource: str, rng: random.Random) -> dict[str, Any]:
     start = _started(rng)
     if resource == "plans":
         amount = rng.uniform(5_000, 50_000_000)
-        return {"budget": {"id": f"{rng.randint(1, 9999)}", "description": words(rng, 6),
-                           "amount": round(amount, 2), "amountNet": round(amount / 1.2, 2),
-                           "currency": "UAH", "year": start.year, "period": period(start, 365)}}
+        return {
+            "budget": {
+                "id": f"{rng.randint(1, 9999)}",
+                "description": words(rng, 6),
+                "amount": round(amount, 2),
+                "amountNet": round(amount / 1.2, 2),
+                "currency": "UAH",
+                "year": start.year,
+                "period": period(start, 365),
+            }
+        }
     changed: dict[str, Any] = {"description": words(rng, rng.randint(10, 30))}
     if resource == "contracts":
         changed["period"] = period(start, rng.randint(30, 365))
@@ -299,5 +409,7 @@ def patch(resource: str, rng: random.Random) -> dict[str, Any]:
 
 #: The generator of each resource's documents (the demo's collections).
 GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
-    "tenders": tender, "plans": plan, "contracts": contract,
+    "tenders": tender,
+    "plans": plan,
+    "contracts": contract,
 }

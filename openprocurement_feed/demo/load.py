@@ -5,14 +5,16 @@ contracts, and writers paced to the asked rate so the feeds move) and by the
 race experiment (small and large tenders, several fast writers). Needs the
 ``client`` extra (``requests``).
 """
+
 from __future__ import annotations
 
 import math
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import requests
 
@@ -26,11 +28,32 @@ PATCH_OVERHEAD_SECONDS = 0.05
 #: The most writer threads :func:`writers_for_rate` asks for.
 MAX_WRITERS = 64
 
-WORDS = (
-    "supply of medical equipment construction works road repair school "
-    "furniture software licences fuel electricity cleaning services catering "
-    "laboratory reagents vehicles maintenance printing paper security"
-).split()
+WORDS = [
+    "supply",
+    "of",
+    "medical",
+    "equipment",
+    "construction",
+    "works",
+    "road",
+    "repair",
+    "school",
+    "furniture",
+    "software",
+    "licences",
+    "fuel",
+    "electricity",
+    "cleaning",
+    "services",
+    "catering",
+    "laboratory",
+    "reagents",
+    "vehicles",
+    "maintenance",
+    "printing",
+    "paper",
+    "security",
+]
 
 
 def sample_tender(rng: random.Random, large: bool = False, mode: str | None = None) -> dict[str, Any]:
@@ -57,25 +80,31 @@ def sample_tender(rng: random.Random, large: bool = False, mode: str | None = No
 
 
 def create_tenders(
-    base_url: str, count: int, large: bool = False, seed: int | None = None,
-    session: requests.Session | None = None, mode: str | None = None,
+    base_url: str,
+    count: int,
+    large: bool = False,
+    seed: int | None = None,
+    session: requests.Session | None = None,
+    mode: str | None = None,
 ) -> list[str]:
     """Create ``count`` tenders through ``POST {base_url}/tenders``; their ids."""
     rng = random.Random(seed)
     http = session or requests.Session()
     ids = []
     for _ in range(count):
-        response = http.post(
-            f"{base_url}/tenders", json={"data": sample_tender(rng, large, mode)}, timeout=30
-        )
+        response = http.post(f"{base_url}/tenders", json={"data": sample_tender(rng, large, mode)}, timeout=30)
         response.raise_for_status()
         ids.append(response.json()["data"]["id"])
     return ids
 
 
 def create_objects(
-    base_url: str, resource: str, count: int, seed: int | None = None,
-    tender_ids: Sequence[str] = (), session: requests.Session | None = None,
+    base_url: str,
+    resource: str,
+    count: int,
+    seed: int | None = None,
+    tender_ids: Sequence[str] = (),
+    session: requests.Session | None = None,
     stop: threading.Event | None = None,
 ) -> list[str]:
     """Create ``count`` real-shaped objects of ``resource`` (``tenders``,
@@ -154,8 +183,13 @@ class PatchWriter(threading.Thread):
     """
 
     def __init__(
-        self, base_url: str, ids: Sequence[Target], rate: float = 0.0,
-        seed: int | None = None, name: str = "writer", pacer: Pacer | None = None,
+        self,
+        base_url: str,
+        ids: Sequence[Target],
+        rate: float = 0.0,
+        seed: int | None = None,
+        name: str = "writer",
+        pacer: Pacer | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.base_url = base_url

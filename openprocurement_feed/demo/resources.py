@@ -7,6 +7,7 @@ objects of that kind, and the fields its feed lets clients ask for with
 ``opt_fields`` — upstream's listing fields, so a crawler written for the
 public API runs unchanged against the demo.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,9 +18,7 @@ SERVER_FIELDS = frozenset({"id", "dateModified", "dateCreated"})
 #: Storage fields no client may send: a body holding one is refused (422).
 #: ``owner`` is the authenticated user that created the object (the
 #: restricted tenders feed shows everything to it alone).
-INTERNAL_FIELDS = frozenset(
-    {"_id", "_rev", "public_modified", "public_ts", "is_public", "is_test", "owner"}
-)
+INTERNAL_FIELDS = frozenset({"_id", "_rev", "public_modified", "public_ts", "is_public", "is_test", "owner"})
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,23 @@ class Resource:
 #: Statuses of tenders across procedures (open, EU, competitive dialogue,
 #: reporting and negotiation); ``draft`` hides a tender from the feed.
 TENDER_STATUSES = (
-    "draft", "draft.pending", "draft.stage2",
-    "active.enquiries", "active.tendering",
-    "active.pre-qualification", "active.pre-qualification.stand-still",
-    "active.stage2.pending", "active.stage2.waiting",
-    "active.auction", "active.qualification", "active.qualification.stand-still",
-    "active.awarded", "active",
-    "complete", "cancelled", "unsuccessful",
+    "draft",
+    "draft.pending",
+    "draft.stage2",
+    "active.enquiries",
+    "active.tendering",
+    "active.pre-qualification",
+    "active.pre-qualification.stand-still",
+    "active.stage2.pending",
+    "active.stage2.waiting",
+    "active.auction",
+    "active.qualification",
+    "active.qualification.stand-still",
+    "active.awarded",
+    "active",
+    "complete",
+    "cancelled",
+    "unsuccessful",
 )
 PLAN_STATUSES = ("draft", "scheduled", "cancelled", "complete")
 CONTRACT_STATUSES = ("pending", "pending.winner-signing", "active", "terminated", "cancelled")
@@ -80,9 +89,22 @@ TENDERS = Resource(
     statuses=TENDER_STATUSES,
     default_status="active.enquiries",
     feed_fields=(
-        "dateCreated", "dateModified", "qualificationPeriod", "auctionPeriod", "awardPeriod",
-        "status", "tenderID", "lots", "contracts", "agreements", "procuringEntity",
-        "procurementMethodType", "procurementMethod", "next_check", "mode", "stage2TenderID",
+        "dateCreated",
+        "dateModified",
+        "qualificationPeriod",
+        "auctionPeriod",
+        "awardPeriod",
+        "status",
+        "tenderID",
+        "lots",
+        "contracts",
+        "agreements",
+        "procuringEntity",
+        "procurementMethodType",
+        "procurementMethod",
+        "next_check",
+        "mode",
+        "stage2TenderID",
     ),
 )
 PLANS = Resource(

@@ -6,6 +6,7 @@ cannot set it through a header. The user id decides what a restricted
 tender shows (its owner sees it in full) and is stored as the ``owner`` of
 the tenders that user creates. Every view stays open.
 """
+
 from __future__ import annotations
 
 from typing import Any

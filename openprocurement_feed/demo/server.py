@@ -3,10 +3,12 @@
 Used by ``openprocurement-feed run``, the race experiment and end-to-end
 tests. Needs the ``embedded`` extra (``waitress``).
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import main
 
@@ -20,7 +22,10 @@ class DemoServer:
     """
 
     def __init__(
-        self, settings: Mapping[str, Any], host: str = "127.0.0.1", port: int = 0,
+        self,
+        settings: Mapping[str, Any],
+        host: str = "127.0.0.1",
+        port: int = 0,
         threads: int = 8,
     ) -> None:
         from waitress.server import create_server
@@ -29,8 +34,13 @@ class DemoServer:
         self.registry = self.app.registry
         try:
             self.server = create_server(
-                self.app, host=host, port=port, threads=threads,
-                clear_untrusted_proxy_headers=True, connection_limit=200, channel_timeout=30,
+                self.app,
+                host=host,
+                port=port,
+                threads=threads,
+                clear_untrusted_proxy_headers=True,
+                connection_limit=200,
+                channel_timeout=30,
             )
         except BaseException:
             self._close_app()
@@ -49,7 +59,7 @@ class DemoServer:
         """The URL of the API root (``url`` + ``feed.route_prefix``)."""
         return self.url + self.registry.feed_settings.route_prefix
 
-    def start(self) -> "DemoServer":
+    def start(self) -> DemoServer:
         """Start serving in a background thread."""
         self.thread.start()
         return self
@@ -81,7 +91,7 @@ class DemoServer:
 
         shutdown(self.registry)
 
-    def __enter__(self) -> "DemoServer":
+    def __enter__(self) -> DemoServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

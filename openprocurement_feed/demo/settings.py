@@ -1,10 +1,12 @@
 """Settings of the demo application (``demo.*``)."""
+
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pyramid.exceptions import ConfigurationError
 
@@ -39,15 +41,11 @@ def parse_delay(value: str, where: str = "setting 'demo.write_delay_ms'") -> tup
     """``"0"``, ``"20"`` or a range ``"5-40"`` (milliseconds, low <= high)."""
     match = DELAY_RE.fullmatch(value or "0")
     if not match:
-        raise ConfigurationError(
-            f"Invalid {where}: {value!r}; expected milliseconds such as 0, 20 or 5-40."
-        )
+        raise ConfigurationError(f"Invalid {where}: {value!r}; expected milliseconds such as 0, 20 or 5-40.")
     low = int(match.group(1))
     high = int(match.group(2)) if match.group(2) is not None else low
     if high < low:
-        raise ConfigurationError(
-            f"Invalid {where}: {value!r}; the range must go from low to high."
-        )
+        raise ConfigurationError(f"Invalid {where}: {value!r}; the range must go from low to high.")
     return low, high
 
 
@@ -65,9 +63,7 @@ def parse_demo_settings(settings: Mapping[str, Any], environ: Mapping[str, str])
     """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides) and
     ``demo.both_orders``."""
     if environ.get("DEMO_WRITE_DELAY_MS"):
-        delay = parse_delay(
-            environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS"
-        )
+        delay = parse_delay(environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS")
     else:
         delay = parse_delay(str(settings.get("demo.write_delay_ms", "0") or "0"))
     both = parse_flag(settings.get("demo.both_orders", "false"), "setting 'demo.both_orders'")
