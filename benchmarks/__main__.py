@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all",) + PARTS + ("load", "demo-rate"),
+        choices=("all", *PARTS, "load", "demo-rate"),
         default="all",
         help="what to measure (default: every part but load)",
     )

@@ -303,7 +303,7 @@ def format_result(result: LoadResult) -> str:
         f"{result.duration:.1f} s on loopback; {result.tenders} public tenders at the end.",
         table(["requests", "count", "per second", "p50 ms", "p99 ms", "errors"], rows),
     ]
-    for crawler, complete in zip(result.crawlers, result.complete):
+    for crawler, complete in zip(result.crawlers, result.complete, strict=False):
         missing = result.missing(crawler)
         state = "complete" if complete else f"INCOMPLETE: {len(missing)} tenders missing or stale"
         lines.append(f"{crawler.name}: {crawler.pages} pages, {crawler.items} items, {state}")

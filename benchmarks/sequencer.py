@@ -474,7 +474,7 @@ def measure_delay(database: EmbeddedServer, seconds: float, rate: float) -> list
         client.close()
     return [
         delays_of(writers, crawler, feed)
-        for crawler, feed in zip(crawlers, ("commit order", f"watermark W = {WATERMARK:g} s"))
+        for crawler, feed in zip(crawlers, ("commit order", f"watermark W = {WATERMARK:g} s"), strict=False)
     ]
 
 

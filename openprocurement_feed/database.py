@@ -516,7 +516,7 @@ class FeedStoreMixin:
             prefix = [(scope, ASCENDING)] if scope else []
             tail = [(key, ASCENDING), ("_id", ASCENDING)]
             stem = f"feed_{scope}_" if scope else "feed_"
-            specs.append({"keys": prefix + [("is_test", ASCENDING)] + tail, "name": stem + "mode"})
+            specs.append({"keys": [*prefix, ("is_test", ASCENDING), *tail], "name": stem + "mode"})
             specs.append({"keys": prefix + tail, "name": stem + "all"})
         for spec in specs:
             spec["partialFilterExpression"] = {"is_public": True}

@@ -123,7 +123,8 @@ class EmbeddedServer:
             path = self._tmpdir
         if self.port is None:
             self.port = free_port(self.host)
-        self._log = tempfile.TemporaryFile(prefix="secantusd-log-")
+        # The server's log lives as long as the server: closed by stop().
+        self._log = tempfile.TemporaryFile(prefix="secantusd-log-")  # noqa: SIM115
         command = [
             executable,
             "--host",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -67,7 +67,7 @@ class FeedDefinition:
     permission: str | None = None
     order: str = "watermark"
     #: how items are shown, and to whom (:mod:`.restricted`)
-    policy: ItemPolicy = ItemPolicy()
+    policy: ItemPolicy = field(default_factory=ItemPolicy)
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
@@ -186,7 +186,7 @@ def render_page(
 
 def _last_values(request: Request) -> dict[str, str]:
     """Each query parameter's last value (repeated parameters: the last wins)."""
-    return {key: request.GET.getall(key)[-1] for key in request.GET.keys()}
+    return {key: request.GET.getall(key)[-1] for key in request.GET}
 
 
 def feed_validator(feed: FeedDefinition) -> Callable[..., None]:

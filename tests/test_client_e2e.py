@@ -4,6 +4,7 @@ middleware plus a connection-dropping proxy in front of the API."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import socket
@@ -64,9 +65,8 @@ class FaultyFeed:
             has_offset = "offset=" in environ.get("QUERY_STRING", "")
             with self.lock:
                 fault = self.always
-                if fault is None and self.faults:
-                    if has_offset or not self.faults[0][2]:
-                        fault = self.faults.popleft()
+                if fault is None and self.faults and (has_offset or not self.faults[0][2]):
+                    fault = self.faults.popleft()
                 if fault is not None and fault[2] and not has_offset:
                     fault = None
                 if fault is not None:
@@ -134,10 +134,8 @@ class DropProxy:
                 self.dropped += 1
         if drop:
             client.settimeout(2)
-            try:
+            with contextlib.suppress(OSError):
                 client.recv(65536)
-            except OSError:
-                pass
             _shut(client)
             client.close()
             return
@@ -161,10 +159,8 @@ class DropProxy:
 
 
 def _shut(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def _pipe(source: socket.socket, target: socket.socket) -> None:
@@ -420,7 +416,7 @@ def test_rejected_offset_in_state_file_restarts_and_completes(demo: DemoServer, 
 
 
 def test_faults_are_waited_out_and_nothing_is_lost(faulty: tuple[FaultyFeed, DropProxy, str, Any]) -> None:
-    faults, proxy, api, store = faulty
+    faults, proxy, api, _store = faulty
     ids = create_tenders(api, 140, seed=7)
     wait_watermark()
     waits: list[float] = []
@@ -462,7 +458,7 @@ def test_faults_are_waited_out_and_nothing_is_lost(faulty: tuple[FaultyFeed, Dro
 
 
 def test_gives_up_with_a_clear_error(faulty: tuple[FaultyFeed, DropProxy, str, Any]) -> None:
-    faults, proxy, api, store = faulty
+    faults, _proxy, api, _store = faulty
     faults.always = (503, {}, False)
     policy = RetryPolicy(initial_backoff=0.01, max_backoff=0.05, max_attempts=4, max_time=None)
     with FeedSync(api + "/tenders", lambda batch: None, None, retry=policy) as sync:
@@ -476,7 +472,7 @@ def test_gives_up_with_a_clear_error(faulty: tuple[FaultyFeed, DropProxy, str, A
 
 
 def test_offsets_rejected_again_and_again_give_up(faulty: tuple[FaultyFeed, DropProxy, str, Any]) -> None:
-    faults, proxy, api, store = faulty
+    faults, _proxy, api, _store = faulty
     create_tenders(api, 5, seed=8)
     wait_watermark()
     faults.always = (404, {}, True)

@@ -120,7 +120,7 @@ class ObjectCollector:
 
 
 def test_fetch_delivers_whole_objects_in_page_order(served: tuple[ObjectFaults, DropProxy, str, Any]) -> None:
-    faults, proxy, api, store = served
+    faults, _proxy, api, _store = served
     ids = create_tenders(api, 45, seed=21)
     wait_watermark()
     collector = ObjectCollector()
@@ -133,7 +133,7 @@ def test_fetch_delivers_whole_objects_in_page_order(served: tuple[ObjectFaults, 
     for batch in collector.batches:
         # order kept: the objects follow the items of their page
         assert [obj["id"] for obj in batch.objects or []] == [item["id"] for item in batch.items]
-        for item, obj in zip(batch.items, batch.objects or []):
+        for item, obj in zip(batch.items, batch.objects or [], strict=False):
             assert obj["dateModified"] >= item["dateModified"]
             assert "title" in obj  # the whole object, not the feed item
     assert 1 < faults.most_in_flight <= 4  # concurrent, and bounded
@@ -142,7 +142,7 @@ def test_fetch_delivers_whole_objects_in_page_order(served: tuple[ObjectFaults, 
 def test_fetch_waits_out_faults_and_skips_objects_deleted_meanwhile(
     served: tuple[ObjectFaults, DropProxy, str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    faults, proxy, api, store = served
+    faults, proxy, api, _store = served
     ids = create_tenders(api, 40, seed=22)
     wait_watermark()
     deleted = ids[5]
@@ -167,8 +167,9 @@ def test_fetch_waits_out_faults_and_skips_objects_deleted_meanwhile(
         if pages["n"] in plan:
             plan[pages["n"]]()
 
-    with caplog.at_level("WARNING", logger="openprocurement_feed.client.objects"):
-        with FeedSync(
+    with (
+        caplog.at_level("WARNING", logger="openprocurement_feed.client.objects"),
+        FeedSync(
             api + "/tenders",
             handle,
             None,
@@ -177,8 +178,9 @@ def test_fetch_waits_out_faults_and_skips_objects_deleted_meanwhile(
             fetch_concurrency=3,
             retry=FAST_RETRY,
             sleep=sleep,
-        ) as sync:
-            stats = sync.run()
+        ) as sync,
+    ):
+        stats = sync.run()
     assert set(collector.objects) == set(ids) - {deleted}
     assert stats.objects_missing == 1
     assert any(deleted in batch.missing for batch in collector.batches)
@@ -193,7 +195,7 @@ def test_fetch_waits_out_faults_and_skips_objects_deleted_meanwhile(
 def test_fetch_gives_up_on_an_object_error_without_saving_the_page(
     served: tuple[ObjectFaults, DropProxy, str, Any], tmp_path: Path
 ) -> None:
-    faults, proxy, api, store = served
+    faults, _proxy, api, _store = served
     create_tenders(api, 12, seed=23)
     wait_watermark()
     faults.add(403)

@@ -5,6 +5,7 @@ directions (offsets saved in one order, resumed in the other)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -167,10 +168,8 @@ class Deployment:
         self.thread.join(timeout=10)
         self.server.task_dispatcher.shutdown()
         for dispatcher in dispatchers:
-            try:
+            with contextlib.suppress(OSError):
                 dispatcher.close()
-            except OSError:
-                pass
 
 
 @pytest.fixture

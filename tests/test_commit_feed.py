@@ -61,10 +61,10 @@ def test_offsets_are_positions_and_pages_follow_commit_order(commit_app: TestApp
     body = commit_app.get(FEED + "?limit=2&opt_fields=next_check").json
     assert is_position_offset(body["next_page"]["offset"])
     items = crawl(commit_app, FEED + "?limit=2&opt_fields=next_check")
-    assert [item["id"] for item in items] == ids[1:] + [ids[0]], "ordered by commit, the patch last"
+    assert [item["id"] for item in items] == [*ids[1:], ids[0]], "ordered by commit, the patch last"
     assert items[-1]["next_check"] == "t0 again"
     newest_first = commit_app.get(FEED + "?descending=1").json
-    assert [item["id"] for item in newest_first["data"]] == [ids[0]] + ids[1:][::-1]
+    assert [item["id"] for item in newest_first["data"]] == [ids[0], *ids[1:][::-1]]
     assert set(newest_first["data"][0]) == {"id", "dateModified"}
 
 

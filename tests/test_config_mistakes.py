@@ -48,7 +48,7 @@ def test_two_add_feeds_of_one_name_conflict(settings: dict[str, str]) -> None:
 def test_two_feeds_on_one_path_conflict(settings: dict[str, str]) -> None:
     config = included(settings)
     config.add_feed("submissions", path="frameworks/{framework_id}/submissions", scope="framework_id")
-    with pytest.raises(ConfigurationConflictError, match="feed-path.*frameworks/\\{\\}/submissions"):
+    with pytest.raises(ConfigurationConflictError, match=r"feed-path.*frameworks/\{\}/submissions"):
         config.add_feed("other", path="/frameworks/{id}/submissions/", scope="id")
 
 
@@ -104,7 +104,7 @@ def test_known_host_keys_are_not_warned_about(caplog: pytest.LogCaptureFixture) 
 
 
 def test_a_watermark_above_an_hour_needs_saying_so() -> None:
-    with pytest.raises(ConfigurationError, match="feed.watermark_seconds.*feed.long_watermark = true"):
+    with pytest.raises(ConfigurationError, match=r"feed\.watermark_seconds.*feed\.long_watermark = true"):
         parse_settings({"mongodb.uri": URI, "feed.watermark_seconds": "7200"}, {})
     with pytest.raises(ConfigurationError, match="FEED_WATERMARK_SECONDS"):
         parse_settings({"mongodb.uri": URI}, {"FEED_WATERMARK_SECONDS": "3601"})
@@ -115,7 +115,7 @@ def test_a_watermark_above_an_hour_needs_saying_so() -> None:
 
 
 def test_a_bad_long_watermark_flag_is_an_error() -> None:
-    with pytest.raises(ConfigurationError, match="feed.long_watermark.*true or false"):
+    with pytest.raises(ConfigurationError, match=r"feed\.long_watermark.*true or false"):
         parse_settings({"mongodb.uri": URI, "feed.long_watermark": "sure"}, {})
 
 

@@ -112,7 +112,7 @@ def test_parse_delay(raw: str, parsed: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("raw", ["-5", "40-5", "fast", "1.5", "5-"])
 def test_bad_delay_names_the_setting(raw: str) -> None:
-    with pytest.raises(ConfigurationError, match="demo.write_delay_ms"):
+    with pytest.raises(ConfigurationError, match=r"demo\.write_delay_ms"):
         parse_delay(raw)
 
 

@@ -213,7 +213,7 @@ def test_tie_with_a_non_matching_hash_resends_the_group(demo_app: Any, put_docs:
     """Duplicates are acceptable, losses are not."""
     docs = put_docs([150.0] * 3 + [200.0])
     body = demo_app.get(FEED + "?offset=150.0.2.0000ffff&limit=10").json
-    assert [i["id"] for i in body["data"]] == sorted(d["_id"] for d in docs[:3]) + [docs[3]["_id"]]
+    assert [i["id"] for i in body["data"]] == [*sorted(d["_id"] for d in docs[:3]), docs[3]["_id"]]
 
 
 def test_tie_offset_with_a_huge_count_is_bounded(demo_app: Any, put_docs: Put) -> None:

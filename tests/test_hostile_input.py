@@ -259,7 +259,7 @@ ANY_PAIRS = st.tuples(
 )
 QUERIES = st.lists(st.one_of(KNOWN_PAIRS, KNOWN_PAIRS, ANY_PAIRS), max_size=8)
 SCOPES = st.one_of(
-    st.sampled_from(OWNERS + ('{"$gt": ""}', "$where", "$ne", "owner-a\x00", "$$NOW")),
+    st.sampled_from((*OWNERS, '{"$gt": ""}', "$where", "$ne", "owner-a\x00", "$$NOW")),
     TEXT.filter(lambda text: text not in ("", ".", "..") and "/" not in text),
 )
 

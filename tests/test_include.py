@@ -65,13 +65,13 @@ def test_same_feed_twice_is_a_configuration_conflict(settings: dict[str, str]) -
 
 def test_bad_setting_stops_start_up(settings: dict[str, str]) -> None:
     config = Configurator(settings=dict(settings, **{"feed.watermark_seconds": "-1"}))
-    with pytest.raises(ConfigurationError, match="feed.watermark_seconds"):
+    with pytest.raises(ConfigurationError, match=r"feed\.watermark_seconds"):
         config.include("openprocurement_feed")
 
 
 def test_missing_uri_stops_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MONGODB_URI", raising=False)
-    with pytest.raises(ConfigurationError, match="mongodb.uri"):
+    with pytest.raises(ConfigurationError, match=r"mongodb\.uri"):
         Configurator(settings={}).include("openprocurement_feed")
 
 

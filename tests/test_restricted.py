@@ -171,7 +171,7 @@ def test_restriction_arguments_are_checked(settings: dict[str, str]) -> None:
 
     config = Configurator(settings=settings)
     config.include("openprocurement_feed")
-    with pytest.raises(ConfigurationError, match="add_feed\\('tenders'\\): owner_fields .* string 'owner'"):
+    with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): owner_fields .* string 'owner'"):
         config.add_feed("tenders", restricted=True, owner_fields="owner")
     with pytest.raises(ConfigurationError, match="needs at least one owner field"):
         config.add_feed("tenders", restricted=True, owner_fields=())

@@ -76,7 +76,7 @@ def test_embedded_uri() -> None:
 
 
 def test_missing_uri_names_the_setting_and_the_variable() -> None:
-    with pytest.raises(ConfigurationError, match="mongodb.uri.*MONGODB_URI"):
+    with pytest.raises(ConfigurationError, match=r"mongodb\.uri.*MONGODB_URI"):
         parse_settings({}, {})
 
 

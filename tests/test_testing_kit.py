@@ -47,5 +47,5 @@ def test_wait_visible_over_http_and_its_failure(demo_app: TestApp) -> None:
     with serve_http(demo_app.app) as url:
         seen = wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], [tender["id"]])
         assert tender["id"] in seen
-        with pytest.raises(AssertionError, match="1 documents not visible.*'missing-id'"):
+        with pytest.raises(AssertionError, match=r"1 documents not visible.*'missing-id'"):
             wait_visible(lambda: [i["id"] for i in crawl(url, "/api/2.5/tenders")], ["missing-id"], timeout=0.3)

@@ -96,7 +96,7 @@ class ObjectFetcher:
         else:
             results = list(self._pool.map(self.fetch, ids))
         objects = [result for result in results if result is not None]
-        missing = [object_id for object_id, result in zip(ids, results) if result is None]
+        missing = [object_id for object_id, result in zip(ids, results, strict=False) if result is None]
         for object_id in missing:
             log.warning("Object %s of %s is gone (404): skipped", object_id, self.http.identity.url)
         return FetchedPage(objects, missing)

@@ -6,6 +6,7 @@ tests. Needs the ``embedded`` extra (``waitress``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -80,10 +81,8 @@ class DemoServer:
             self.thread.join(timeout=10)
         self.server.task_dispatcher.shutdown()
         for dispatcher in dispatchers:
-            try:
+            with contextlib.suppress(OSError):
                 dispatcher.close()
-            except OSError:
-                pass
         self._close_app()
 
     def _close_app(self) -> None:
