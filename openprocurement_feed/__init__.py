@@ -89,7 +89,9 @@ __all__ = [
 
 
 def _feed_store(request: Request) -> FeedStore:
-    return request.registry.feed_store
+    """``request.feed_store``: the registry's store."""
+    store: FeedStore = request.registry.feed_store
+    return store
 
 
 def _feed_now(request: Request) -> datetime:

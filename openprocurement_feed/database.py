@@ -8,6 +8,7 @@ it into its own store class. :class:`FeedStore` is the ready-made store that
 
 from __future__ import annotations
 
+import builtins
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -154,7 +155,7 @@ class FeedStoreMixin:
 
     def save_data(
         self,
-        collection: Collection,
+        collection: Collection[Any],
         data: Mapping[str, Any],
         insert: bool = False,
         modified: bool = True,
@@ -275,7 +276,7 @@ class FeedStoreMixin:
 
     def list(
         self,
-        collection: Collection,
+        collection: Collection[Any],
         fields: Iterable[str],
         inclusive_filter: bool = False,
         offset_field: str = PUBLIC_MODIFIED,
@@ -286,7 +287,7 @@ class FeedStoreMixin:
         filters: Mapping[str, Any] | None = None,
         has_offset: bool | None = None,
         order: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Public documents in feed order, up to the order's bound.
 
         In watermark order (the default) sorted by ``(offset_field, _id)``
@@ -315,7 +316,7 @@ class FeedStoreMixin:
     def _rows(
         self,
         reader: PageReader,
-        fields: list[str],
+        fields: builtins.list[str],
         inclusive_filter: bool = False,
         offset_value: Any = None,
         mode: str = "all",
@@ -323,7 +324,7 @@ class FeedStoreMixin:
         limit: int = 0,
         filters: Mapping[str, Any] | None = None,
         has_offset: bool | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """One query of a page through ``reader`` (rows not yet finished)."""
         query, sort = self.build_query(
             inclusive_filter=inclusive_filter,
@@ -339,7 +340,7 @@ class FeedStoreMixin:
 
     def feed_page(
         self,
-        collection: Collection,
+        collection: Collection[Any],
         fields: Iterable[str],
         offset: Offset | None = None,
         mode: str = "all",
@@ -347,7 +348,7 @@ class FeedStoreMixin:
         limit: int = 100,
         filters: Mapping[str, Any] | None = None,
         order: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """One page of the feed after ``offset``, in watermark or commit order.
 
         An offset written by the other order is read a safe margin earlier
@@ -408,13 +409,13 @@ class FeedStoreMixin:
     def _page(
         self,
         reader: PageReader,
-        fields: list[str],
+        fields: builtins.list[str],
         offset: Offset | None,
         mode: str,
         descending: bool,
         limit: int,
         filters: Mapping[str, Any] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         common = dict(mode=mode, descending=descending, filters=filters)
         if offset is None:
             return self._rows(reader, fields, limit=limit, **common)  # type: ignore[arg-type]
@@ -457,7 +458,7 @@ class FeedStoreMixin:
         mode: str,
         descending: bool,
         filters: Mapping[str, Any] | None,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """All ids at exactly ``offset.value``, in feed order."""
         query, _ = self.build_query(
             offset_field=reader.key,
@@ -474,14 +475,14 @@ class FeedStoreMixin:
     def _after(
         self,
         reader: PageReader,
-        fields: list[str],
+        fields: builtins.list[str],
         offset: Offset,
         last_id: str,
         limit: int,
         mode: str,
         descending: bool,
         filters: Mapping[str, Any] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """The page strictly after ``(offset.value, last_id)`` in feed order."""
         beyond = "$lt" if descending else "$gt"
         keyset = dict(filters or {})
@@ -502,7 +503,7 @@ class FeedStoreMixin:
     # -- indexes ----------------------------------------------------------
 
     @staticmethod
-    def feed_index_specs(scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED) -> list[dict[str, Any]]:
+    def feed_index_specs(scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED) -> builtins.list[dict[str, Any]]:
         """Index specs that serve every feed query shape.
 
         Partial on ``is_public: true``; equality fields first, then the sort
@@ -511,23 +512,23 @@ class FeedStoreMixin:
         ``key`` is ``public_modified`` on a feed collection and
         ``committed_ts`` on a positions collection.
         """
-        specs = []
+        specs: builtins.list[dict[str, Any]] = []
         for scope in (None, *scope_fields):
             prefix = [(scope, ASCENDING)] if scope else []
             tail = [(key, ASCENDING), ("_id", ASCENDING)]
             stem = f"feed_{scope}_" if scope else "feed_"
             specs.append({"keys": [*prefix, ("is_test", ASCENDING), *tail], "name": stem + "mode"})
-            specs.append({"keys": prefix + tail, "name": stem + "all"})
+            specs.append({"keys": [*prefix, *tail], "name": stem + "all"})
         for spec in specs:
             spec["partialFilterExpression"] = {"is_public": True}
         return specs
 
     def ensure_feed_indexes(
         self,
-        collection: Collection,
+        collection: Collection[Any],
         scope_fields: Iterable[str] = (),
         key: str = PUBLIC_MODIFIED,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Create the feed indexes on ``collection`` (sorted on ``key``);
         returns their names."""
         names = []
@@ -554,7 +555,7 @@ class FeedStore(FeedStoreMixin):
 
     def __init__(
         self,
-        client: MongoClient,
+        client: MongoClient[Any],
         db_name: str,
         watermark_seconds: float = 1.0,
         max_limit: int = 1000,
@@ -574,8 +575,8 @@ class FeedStore(FeedStoreMixin):
         self.write_concern = WriteConcern(w=write_concern)
         self.collections = dict(collections or {})
         #: feed collections with the read options, made once per name (a
-        #: Collection is immutable and thread-safe)
-        self._feed_collections: dict[str, Collection] = {}
+        #: Collection[Any] is immutable and thread-safe)
+        self._feed_collections: dict[str, Collection[Any]] = {}
 
     @classmethod
     def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> FeedStore:
@@ -587,7 +588,7 @@ class FeedStore(FeedStoreMixin):
         }
         given = uri_option_names(uri)
         options = {name: value for name, value in defaults.items() if name.lower() not in given}
-        client: MongoClient = MongoClient(uri, tz_aware=True, **options)
+        client: MongoClient[Any] = MongoClient(uri, tz_aware=True, **options)
         return cls(
             client,
             settings.db_name,
@@ -600,11 +601,11 @@ class FeedStore(FeedStoreMixin):
             max_time_ms=settings.max_time_ms,
         )
 
-    def collection(self, name: str) -> Collection:
+    def collection(self, name: str) -> Collection[Any]:
         """The collection behind feed ``name`` for writes: primary reads."""
         return self.db.get_collection(self.collections.get(name, name), write_concern=self.write_concern)
 
-    def feed_collection(self, name: str) -> Collection:
+    def feed_collection(self, name: str) -> Collection[Any]:
         """The collection behind feed ``name`` with the feed's read options."""
         collection = self._feed_collections.get(name)
         if collection is None:

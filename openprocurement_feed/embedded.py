@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Any
 
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
@@ -160,7 +160,7 @@ class EmbeddedServer:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        client: MongoClient = MongoClient(self.uri, serverSelectionTimeoutMS=500)
+        client: MongoClient[Any] = MongoClient(self.uri, serverSelectionTimeoutMS=500)
         try:
             while True:
                 if not self.running:

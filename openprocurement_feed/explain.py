@@ -327,9 +327,7 @@ def missing_feed_indexes(
         partial = info.get("partialFilterExpression")
         existing.append((_normal_keys(info["key"]), dict(partial) if partial else None))
     missing = []
-    # (database.py annotates the result as ``list[...]`` inside a class that
-    # defines a method called ``list``: mypy cannot read it.)
-    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):  # type: ignore[attr-defined]
+    for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):
         keys = _normal_keys(spec["keys"])
         wanted = dict(spec["partialFilterExpression"])
         if not any(have == keys and partial in (None, wanted) for have, partial in existing):

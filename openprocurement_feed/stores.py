@@ -49,7 +49,7 @@ STORE_NUMBERS = ("watermark_seconds", "max_limit", "max_time_ms")
 #: The discriminator of ``set_feed_store``: a second call is a conflict.
 STORE_DISCRIMINATOR = ("openprocurement_feed.store",)
 
-CollectionAccessor = Callable[[Any, str], Collection]
+CollectionAccessor = Callable[[Any, str], Collection[Any]]
 
 
 @runtime_checkable
@@ -62,19 +62,19 @@ class FeedBackend(Protocol):
     read, ``db`` the database of the positions and health collections.
     """
 
-    db: Database
+    db: Database[Any]
 
-    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]: ...
+    def feed_page(self, collection: Collection[Any], fields: Iterable[str], **options: Any) -> list[dict[str, Any]]: ...
 
     def feed_order(self, name: str | None = None) -> FeedOrder: ...
 
     def ensure_feed_indexes(
-        self, collection: Collection, scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+        self, collection: Collection[Any], scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
     ) -> list[str]: ...
 
-    def collection(self, name: str) -> Collection: ...
+    def collection(self, name: str) -> Collection[Any]: ...
 
-    def feed_collection(self, name: str) -> Collection: ...
+    def feed_collection(self, name: str) -> Collection[Any]: ...
 
     def close(self) -> None: ...
 
@@ -102,7 +102,7 @@ def check_store(store: Any) -> None:
         )
 
 
-def default_accessor(store: Any, name: str) -> Collection:
+def default_accessor(store: Any, name: str) -> Collection[Any]:
     """``store.database[name]`` or ``store.db[name]`` (upstream keeps the
     database as ``store.database``)."""
     database = _store_database(store)
@@ -114,7 +114,7 @@ def default_accessor(store: Any, name: str) -> Collection:
     return database.get_collection(name)
 
 
-def _store_database(store: Any) -> Database | None:
+def _store_database(store: Any) -> Database[Any] | None:
     for attribute in ("database", "db"):
         value = getattr(store, attribute, None)
         if isinstance(value, Database):
@@ -134,7 +134,7 @@ class HostStore:
     """
 
     def __init__(
-        self, store: Any, accessor: CollectionAccessor | None = None, database: Database | None = None
+        self, store: Any, accessor: CollectionAccessor | None = None, database: Database[Any] | None = None
     ) -> None:
         check_store(store)
         self.store = store
@@ -148,7 +148,7 @@ class HostStore:
             raise AttributeError(name)
         return getattr(store, name)
 
-    def feed_page(self, collection: Collection, fields: Iterable[str], **options: Any) -> list[dict[str, Any]]:
+    def feed_page(self, collection: Collection[Any], fields: Iterable[str], **options: Any) -> list[dict[str, Any]]:
         """The host store's :meth:`~.database.FeedStoreMixin.feed_page`."""
         return self.store.feed_page(collection, fields, **options)  # type: ignore[no-any-return]
 
@@ -157,12 +157,12 @@ class HostStore:
         return self.store.feed_order(name)  # type: ignore[no-any-return]
 
     def ensure_feed_indexes(
-        self, collection: Collection, scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
+        self, collection: Collection[Any], scope_fields: Iterable[str] = (), key: str = PUBLIC_MODIFIED
     ) -> list[str]:
         """The host store's :meth:`~.database.FeedStoreMixin.ensure_feed_indexes`."""
         return self.store.ensure_feed_indexes(collection, scope_fields, key)  # type: ignore[no-any-return]
 
-    def feed_collection(self, name: str) -> Collection:
+    def feed_collection(self, name: str) -> Collection[Any]:
         """The collection of ``name`` as the host configured it (its read
         preference and read concern)."""
         found = self.accessor(self.store, name)
@@ -179,12 +179,12 @@ class HostStore:
             )
         return found
 
-    def collection(self, name: str) -> Collection:
+    def collection(self, name: str) -> Collection[Any]:
         """The collection of ``name`` with primary reads (writes, indexes)."""
         return self.feed_collection(name).with_options(read_preference=ReadPreference.PRIMARY)
 
     @property
-    def db(self) -> Database:
+    def db(self) -> Database[Any]:
         """The database of the positions and health collections."""
         if self._database is None:
             raise ConfigurationError(
@@ -194,7 +194,7 @@ class HostStore:
         return self._database
 
     @property
-    def client(self) -> MongoClient:
+    def client(self) -> MongoClient[Any]:
         """The host's client (the one client of the application)."""
         return self.db.client
 
@@ -223,7 +223,7 @@ def set_feed_store(
     config: Configurator,
     store: Any,
     collection: CollectionAccessor | None = None,
-    database: Database | None = None,
+    database: Database[Any] | None = None,
 ) -> HostStore:
     """The ``config.set_feed_store`` directive: serve every feed through ``store``.
 

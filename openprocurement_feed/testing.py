@@ -169,15 +169,15 @@ def mongodb_uri() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def mongo_client(mongodb_uri: str) -> Iterator[MongoClient]:
+def mongo_client(mongodb_uri: str) -> Iterator[MongoClient[Any]]:
     """A client of the test server."""
-    client: MongoClient = MongoClient(mongodb_uri, serverSelectionTimeoutMS=5000)
+    client: MongoClient[Any] = MongoClient(mongodb_uri, serverSelectionTimeoutMS=5000)
     yield client
     client.close()
 
 
 @pytest.fixture
-def db_name(mongo_client: MongoClient) -> Iterator[str]:
+def db_name(mongo_client: MongoClient[Any]) -> Iterator[str]:
     """A fresh database name, dropped after the test."""
     name = "test_" + uuid.uuid4().hex[:12]
     yield name

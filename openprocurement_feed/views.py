@@ -142,7 +142,7 @@ def render_items(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> list[
     --profile``). A feed with an item policy (:mod:`.restricted`) renders
     through the policy instead (:func:`render_page`).
     """
-    items = []
+    items: list[dict[str, Any]] = []
     append = items.append
     for row in rows:
         if HIDDEN in row:

@@ -34,7 +34,9 @@ class DemoServer:
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
         try:
-            self.server = create_server(
+            # One listening socket: a TcpWSGIServer (the stubs' return type is
+            # the union with the multi-socket server, which has no port).
+            self.server: Any = create_server(
                 self.app,
                 host=host,
                 port=port,
@@ -47,7 +49,8 @@ class DemoServer:
             self._close_app()
             raise
         self.host = host
-        self.port = int(self.server.effective_port)
+        server: Any = self.server
+        self.port = int(server.effective_port)
         self.thread = threading.Thread(target=self.server.run, name="demo-http", daemon=True)
 
     @property
@@ -58,7 +61,8 @@ class DemoServer:
     @property
     def api_url(self) -> str:
         """The URL of the API root (``url`` + ``feed.route_prefix``)."""
-        return self.url + self.registry.feed_settings.route_prefix
+        prefix: str = self.registry.feed_settings.route_prefix
+        return self.url + prefix
 
     def start(self) -> DemoServer:
         """Start serving in a background thread."""
