@@ -7,7 +7,9 @@ throughput), ``sync`` (a full sync by the reference crawler), ``sequencer``
 delay beside the watermark's, a commit page's cost beside a watermark page's),
 ``metrics`` (a feed page with the Prometheus metrics on against off),
 ``load`` (sustained load: crawlers and writers at once), ``demo-rate`` (the
-patch rate the demo API reaches with real-shaped documents). Without a part,
+patch rate the demo API reaches with real-shaped documents), ``restricted``
+(a page's render time with the restricted-object rule against without).
+Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer`` and ``metrics`` run
 (``make bench``); ``make load`` runs ``load``.
 """
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate"),
+        choices=("all", *PARTS, "load", "demo-rate", "restricted"),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -126,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import demo_rate
 
         demo_rate.run(rate=args.patch_rate, seconds=args.write_seconds)
+        return 0
+    if args.part == "restricted":
+        from . import restricted_cost
+
+        restricted_cost.run()
         return 0
     parts = PARTS if args.part == "all" else (args.part,)
     for part in parts:

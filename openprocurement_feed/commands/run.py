@@ -23,7 +23,10 @@ from pyramid.exceptions import ConfigurationError
 
 from ..cli import CommandError
 from .options import (
-    delay_range,
+    MONGODB_URI,
+    WRITE_DELAY,
+    Flag,
+    add_command,
     non_negative_float,
     port_number,
     positive_float,
@@ -37,66 +40,48 @@ SEED_CLIENTS = 4
 SHORTFALL = 0.9
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="serve the demo API with a live feed on the embedded database",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=port_number, default=6543, help="port to listen on (default: %(default)s)")
-    parser.add_argument(
+HELP = "serve the demo API with a live feed on the embedded database"
+FLAGS = (
+    Flag("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"),
+    Flag("--port", type=port_number, default=6543, help="port to listen on (default: %(default)s)"),
+    Flag(
         "--watermark",
         type=watermark_seconds,
         default=1.0,
         help="feed watermark W in seconds, 0 disables it (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--order",
         choices=("commit", "watermark"),
         default="commit",
         help="the order of the main feed; the other order is served beside it (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--rate",
         type=non_negative_float,
         default=5.0,
         help="background patches per second, 0 for none (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)"
-    )
-    parser.add_argument("--plans", type=positive_int, default=20, help="sample plans to create (default: %(default)s)")
-    parser.add_argument(
-        "--contracts", type=positive_int, default=20, help="sample contracts to create (default: %(default)s)"
-    )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the sample documents (default: %(default)s)")
-    parser.add_argument(
-        "--write-delay",
-        type=delay_range,
-        default="0",
-        metavar="MS",
-        help="ms a write stays open after its stamp: 0, 20 or a range 5-40 (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag("--tenders", type=positive_int, default=30, help="sample tenders to create (default: %(default)s)"),
+    Flag("--plans", type=positive_int, default=20, help="sample plans to create (default: %(default)s)"),
+    Flag("--contracts", type=positive_int, default=20, help="sample contracts to create (default: %(default)s)"),
+    Flag("--seed", type=int, default=1, help="seed of the sample documents (default: %(default)s)"),
+    WRITE_DELAY,
+    Flag(
         "--status-every",
         type=positive_float,
         default=30.0,
         metavar="S",
         help="seconds between two status lines (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help="keep the database in this folder (default: a throwaway folder)",
-    )
-    parser.add_argument(
-        "--mongodb-uri",
-        default=None,
-        help="use this MongoDB instead of the embedded database",
-    )
-    parser.set_defaults(func=run)
+    ),
+    Flag("--data-dir", default=None, help="keep the database in this folder (default: a throwaway folder)"),
+    MONGODB_URI,
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``run`` and its flags."""
+    add_command(subparsers, "run", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:

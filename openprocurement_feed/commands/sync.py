@@ -24,7 +24,17 @@ import threading
 from typing import Any
 
 from ..cli import CommandError
-from .options import http_url, non_negative_float, positive_float, positive_int
+from .options import (
+    HTTP_TIMEOUT,
+    MODE,
+    PAGE_LIMIT,
+    URL,
+    Flag,
+    add_command,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 
 FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MODES = ("test", "_all_")
@@ -39,90 +49,72 @@ def field_list(value: str) -> list[str]:
     return names
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "sync",
-        help="follow a feed into a JSON-lines file, resumable",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "url", type=http_url, metavar="URL", help="the feed URL, e.g. http://127.0.0.1:6543/api/2.5/tenders"
-    )
-    parser.add_argument(
+HELP = "follow a feed into a JSON-lines file, resumable"
+FLAGS = (
+    URL.but(help="the feed URL, e.g. http://127.0.0.1:6543/api/2.5/tenders"),
+    Flag(
         "--state",
         required=True,
         metavar="FILE",
         help="the state file: read at start if it exists, rewritten after every page",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--out",
         metavar="FILE",
         help="append each new item here as one JSON object per line (default: count the items only)",
-    )
-    parser.add_argument("--follow", action="store_true", help="keep polling for changes once caught up (until Ctrl-C)")
-    parser.add_argument(
-        "--mode", choices=MODES, help="feed mode: test objects only, or _all_ (default: real objects only)"
-    )
-    parser.add_argument(
-        "--opt-fields", type=field_list, metavar="LIST", help="extra item fields to ask for, comma-separated"
-    )
-    parser.add_argument(
-        "--limit",
-        type=positive_int,
-        default=100,
-        metavar="N",
-        help="page size to ask for; the server may clamp it (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag("--follow", action="store_true", help="keep polling for changes once caught up (until Ctrl-C)"),
+    MODE.but(help="feed mode: test objects only, or _all_ (default: real objects only)"),
+    Flag("--opt-fields", type=field_list, metavar="LIST", help="extra item fields to ask for, comma-separated"),
+    PAGE_LIMIT,
+    Flag(
         "--poll",
         type=positive_float,
         default=1.0,
         metavar="SECONDS",
         help="seconds between polls once caught up (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--give-up-after",
         type=non_negative_float,
         default=300.0,
         metavar="SECONDS",
         help="stop retrying a failing request after this long, 0 for never (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--max-attempts",
         type=positive_int,
         default=None,
         metavar="N",
         help="stop retrying a failing request after N attempts (default: no limit)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="HTTP read timeout (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    HTTP_TIMEOUT.but(default=60.0, metavar="SECONDS", help="HTTP read timeout (default: %(default)s)"),
+    Flag(
         "--dedup-size",
         type=positive_int,
         default=100_000,
         metavar="N",
         help="item versions remembered to filter duplicates (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--fetch",
         action="store_true",
         help="fetch the whole object of every new item (GET URL/{id}) and write the objects instead of the feed items",
-    )
-    parser.add_argument(
+    ),
+    Flag(
         "--fetch-concurrency",
         type=positive_int,
         default=8,
         metavar="N",
         help="with --fetch: object requests in flight at most (default: %(default)s)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
-    parser.set_defaults(func=run)
+    ),
+    Flag("--no-progress", action="store_true", help="no progress display on stderr"),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``sync`` and its flags."""
+    add_command(subparsers, "sync", run, __doc__, help=HELP, flags=FLAGS)
 
 
 def _check_path(path: str, what: str) -> None:
