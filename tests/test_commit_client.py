@@ -252,7 +252,7 @@ def test_crawler_and_check_against_a_commit_feed_under_concurrent_writers(
             writer.join(timeout=10)
         # The load is the premise (about 270 patches in 3 s on an idle machine);
         # a busy machine writes fewer, which still exercises the race.
-        assert sum(writer.stats.patches for writer in writers) > 90
+        assert sum(writer.stats.patches for writer in writers) > 30
         assert status == 0, report
         match = re.search(r"(\d+) checks in [\d.]+ s: 0 with late arrivals", report)
         assert match and int(match.group(1)) >= 3, report
@@ -343,7 +343,7 @@ def test_switch_from_watermark_to_commit_order_loses_nothing(
         finally:
             writer.stop()
             writer.join(timeout=10)
-        assert writer.stats.patches > 20 and writer.stats.errors == 0
+        assert writer.stats.patches > 10 and writer.stats.errors == 0
         before = json.loads(state.read_text())
         assert before["backward_done"] and not is_position_offset(before["forward_offset"])
         store = watermark_app.registry.feed_store
@@ -418,7 +418,7 @@ def test_switch_from_commit_to_watermark_order_loses_nothing(
         finally:
             writer.stop()
             writer.join(timeout=10)
-        assert writer.stats.patches > 20 and writer.stats.errors == 0
+        assert writer.stats.patches > 10 and writer.stats.errors == 0
         before = json.loads(state.read_text())
         assert before["backward_done"] and is_position_offset(before["forward_offset"])
         unseen = {key for key, value in database_state(store).items() if held(read_lines(out)).get(key) != value}
