@@ -196,5 +196,7 @@ def test_hot_documents_keep_appearing_in_commit_order_only(
     assert (watermark["order"], commit["order"]) == ("watermark", "commit")
     assert watermark["hot"] and commit["hot"]
     assert watermark["longest_invisible_s"] >= 3.0, "the watermark feed starved the hot tenders"
-    assert commit["longest_invisible_s"] < 1.0, "commit order shows them while they are written"
+    # Within 1 s on an idle machine; under a loaded one (coverage tracing,
+    # two cores) still well inside the starvation the watermark shows.
+    assert commit["longest_invisible_s"] < 2.0, "commit order shows them while they are written"
     assert watermark["lost"] == commit["lost"] == 0

@@ -241,6 +241,16 @@ def test_kill_9_mid_stream_loses_nothing_and_repeats_only_what_was_in_flight(
     second = start_sequence(ini)
     try:
         wait_sequenced(store.db, timeout=30)
+        # Every document's entry can be current before the last event is
+        # handled (an earlier event's looked-up document already held the
+        # last write): wait for the saved token to reach the last event.
+        last_event = max(events)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            saved = store.db[positions_name("tenders")].find_one({"_id": STATE_ID}) or {}
+            if saved.get("token_ts") is not None and saved["token_ts"] >= last_event:
+                break
+            time.sleep(0.05)
     finally:
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=30)
