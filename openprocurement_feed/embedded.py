@@ -71,6 +71,15 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+def server_environment() -> dict[str, str]:
+    """The database server's environment: ours, without coverage.py's
+    subprocess hooks (``COVERAGE_PROCESS_*``). The server is a separate
+    program, not code of this package: when a host measures its coverage,
+    tracing every call of the database would only make it several times
+    slower (and the host's tests with it)."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("COVERAGE_PROCESS_")}
+
+
 class EmbeddedServer:
     """One SecantusDB server process on 127.0.0.1.
 
@@ -146,6 +155,7 @@ class EmbeddedServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            env=server_environment(),
         )
         atexit.register(self.stop)
         self._wait_ready()

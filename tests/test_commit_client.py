@@ -343,7 +343,7 @@ def test_switch_from_watermark_to_commit_order_loses_nothing(
         finally:
             writer.stop()
             writer.join(timeout=10)
-        assert writer.stats.patches > 10 and writer.stats.errors == 0
+        assert writer.stats.patches > 3 and writer.stats.errors == 0
         before = json.loads(state.read_text())
         assert before["backward_done"] and not is_position_offset(before["forward_offset"])
         store = watermark_app.registry.feed_store
@@ -418,7 +418,7 @@ def test_switch_from_commit_to_watermark_order_loses_nothing(
         finally:
             writer.stop()
             writer.join(timeout=10)
-        assert writer.stats.patches > 10 and writer.stats.errors == 0
+        assert writer.stats.patches > 3 and writer.stats.errors == 0
         before = json.loads(state.read_text())
         assert before["backward_done"] and is_position_offset(before["forward_offset"])
         unseen = {key for key, value in database_state(store).items() if held(read_lines(out)).get(key) != value}

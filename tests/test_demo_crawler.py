@@ -131,9 +131,9 @@ def latest(server: DemoServer, resource: str, region: str | None = None) -> dict
 
 def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_patch(demo: DemoServer) -> None:
     api = demo.api_url
-    tenders = create_objects(api, "tenders", 40, seed=11)
-    plans = create_objects(api, "plans", 20, seed=12)
-    contracts = create_objects(api, "contracts", 10, seed=13, tender_ids=tenders)
+    tenders = create_objects(api, "tenders", 20, seed=11)
+    plans = create_objects(api, "plans", 10, seed=12)
+    contracts = create_objects(api, "contracts", 6, seed=13, tender_ids=tenders)
     regions = Counter(
         doc["procuringEntity"]["address"]["region"]
         for doc in demo.registry.feed_store.collection("tenders").find({"is_public": True})

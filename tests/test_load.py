@@ -16,7 +16,7 @@ from benchmarks.load import format_result, run_load
 @pytest.mark.timeout(120)
 def test_short_load_no_errors_and_complete_crawlers() -> None:
     result = run_load(
-        duration=8,
+        duration=5,
         crawlers=2,
         writers=2,
         tenders=30,
