@@ -15,6 +15,7 @@ handle (``pserve`` stopped by systemd or docker, ``--reload``).
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,10 @@ def main(argv: list[str]) -> int:
         return 2
     folder, command = argv[0], argv[2:]
     linux = sys.platform.startswith("linux")
-    child = subprocess.Popen(command, preexec_fn=die_with_parent if linux else None)
+    # The database server runs without coverage.py's subprocess hooks (see
+    # embedded.server_environment): it is not code of this package.
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("COVERAGE_PROCESS_")}
+    child = subprocess.Popen(command, preexec_fn=die_with_parent if linux else None, env=environment)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if child.poll() is None:

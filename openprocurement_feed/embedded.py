@@ -155,7 +155,9 @@ class EmbeddedServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            env=server_environment(),
+            # The guard is ours (measured like the rest of the package); it
+            # starts the server itself with server_environment().
+            env=None if self._tmpdir else server_environment(),
         )
         atexit.register(self.stop)
         self._wait_ready()

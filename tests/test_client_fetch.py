@@ -289,3 +289,59 @@ def test_fetch_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
         assert "--fetch-concurrency" in err and "Traceback" not in err
+
+
+def test_object_reads_wait_out_dropped_connections(served: tuple[ObjectFaults, DropProxy, str, Any]) -> None:
+    """The connections of the object reads themselves are cut: every object
+    still arrives, in the page's order, after retries."""
+    from openprocurement_feed.client.http import FeedHTTP
+
+    _faults, proxy, api, _store = served
+    ids = create_tenders(api, 6, seed=25)
+    retries: list[Any] = []
+    http = FeedHTTP(api + "/tenders", retry=FAST_RETRY, on_retry=retries.append)
+    fetcher = ObjectFetcher(http, concurrency=3)
+    try:
+        proxy.drop(3)
+        page = fetcher.fetch_page([{"id": object_id} for object_id in ids])
+    finally:
+        fetcher.close()
+        http.close()
+    assert [obj["id"] for obj in page.objects] == ids and page.missing == []
+    assert proxy.dropped >= 3 and len(retries) >= 3
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [(b"<html>busy</html>", "did not return JSON"), (b'{"data": [1]}', 'no "data" object')],
+)
+def test_an_object_that_is_not_an_object_is_a_clear_error(body: bytes, message: str) -> None:
+    """A 200 whose body is not an object's JSON stops with an error naming the URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from openprocurement_feed.client.http import FeedHTTP
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    http = FeedHTTP(f"http://127.0.0.1:{server.server_address[1]}/api/2.5/tenders", retry=FAST_RETRY)
+    fetcher = ObjectFetcher(http, concurrency=1)
+    try:
+        with pytest.raises(FeedError, match=message) as caught:
+            fetcher.fetch("abc")
+        assert "/api/2.5/tenders/abc" in str(caught.value)
+    finally:
+        fetcher.close()
+        http.close()
+        server.shutdown()
+        server.server_close()

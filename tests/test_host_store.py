@@ -103,6 +103,46 @@ def test_an_accessor_returning_no_collection_fails_at_commit(settings: dict[str,
         store.close()
 
 
+def test_a_collection_of_another_client_fails_at_commit(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    other: MongoClient = MongoClient(settings["mongodb.uri"])
+    try:
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: other[settings["mongodb.db_name"]][name])
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationError, match="belongs to another MongoClient"):
+            config.commit()
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_store_without_a_database_names_the_missing_attribute(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    database = store.database
+    try:
+        del store.database  # the host keeps its database elsewhere
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store)
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationError, match=r"no .database. or .db. attribute; pass collection="):
+            config.commit()
+        # Given an accessor, the positions still need a database: it says so.
+        config = Configurator(settings=settings)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: database[name])
+        config.add_feed("tenders", order="commit")
+        with pytest.raises(ConfigurationError, match=r"pass database=\.\.\. to set_feed_store"):
+            config.commit()
+    finally:
+        store.database = database
+        store.close()
+
+
 def test_set_feed_store_twice_is_a_conflict(settings: dict[str, str]) -> None:
     from pyramid.exceptions import ConfigurationConflictError
 
