@@ -166,3 +166,29 @@ def test_follow_shows_progress_and_stops_cleanly_on_ctrl_c(demo: DemoServer, tmp
     assert sorted(item["id"] for item in lines(out)) == sorted(ids + new)
     saved = json.loads(state.read_text())
     assert saved["backward_done"] and saved["items_handled"] == 33
+
+
+def test_the_progress_postfix_names_retries_restarts_and_waits() -> None:
+    """The sync progress line shows what the crawler is doing beside the count."""
+    from types import SimpleNamespace
+
+    from openprocurement_feed.commands.sync import Progress
+
+    progress = Progress(enabled=False)
+    stats = SimpleNamespace(
+        items=7, pages=3, backward_done=True, duplicates=1, retries=2, restarts=1, caught_up_at=12.0
+    )
+    progress.retry(stats, SimpleNamespace(wait=1.5, reason="HTTP 503"))
+    postfix = progress.bar.postfix
+    for part in (
+        "pages=3",
+        "backward=done",
+        "dups=1",
+        "retries=2",
+        "restarts=1",
+        "caught up",
+        "waiting 1.5s (HTTP 503)",
+    ):
+        assert part in postfix
+    progress.update(stats)
+    assert progress.shown == 7 and "waiting" not in progress.bar.postfix

@@ -36,3 +36,16 @@ def test_a_restricted_tender_shows_three_fields_to_others(demo_app: Any) -> None
 def test_a_client_cannot_set_the_owner(demo_app: Any) -> None:
     response = demo_app.post_json("/api/2.5/tenders", {"data": {"owner": "broker"}}, status=422)
     assert "owner" in response.json["errors"][0]["description"]
+
+
+def test_the_demo_security_policy_is_open_and_keeps_no_session(demo_app: Any) -> None:
+    """REMOTE_USER names the user; every permission is granted; nothing is remembered."""
+    from pyramid.testing import DummyRequest
+
+    from openprocurement_feed.demo.security import RemoteUserSecurityPolicy
+
+    policy = RemoteUserSecurityPolicy()
+    request = DummyRequest(environ={"REMOTE_USER": "broker"})
+    assert policy.authenticated_userid(request) == "broker"
+    assert policy.permits(request, None, "view")
+    assert policy.remember(request, "broker") == [] and policy.forget(request) == []
