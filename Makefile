@@ -41,7 +41,7 @@ run: $(STAMP_RUN)
 # The lint first (seconds), then the tests with the coverage floor, then the docs.
 test: $(STAMP_TEST)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest $(COV) $(ARGS)
+	$(BIN)/python -m pytest --durations=15 $(COV) $(ARGS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # ruff (lint, then the format check) and mypy, configured in pyproject.toml.

@@ -481,7 +481,7 @@ def replay_commit(store: FeedStore, history: Sequence[Step]) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=18,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
