@@ -203,6 +203,29 @@ def read_page(body: Any, url: str, started_at: float) -> Page:
     )
 
 
+def send_get(session: requests.Session, url: str, timeout: float | tuple[float, float]) -> requests.Response:
+    """``GET url``, with the failures of the request itself sorted for the
+    retry policy: a time-out, a failed connection or a body cut short is a
+    :class:`TransientError` (retried); a TLS error or a request that cannot
+    be made is a :class:`FeedError` (not retried). Used for feed pages and
+    for objects (:mod:`.objects`)."""
+    try:
+        return session.get(url, timeout=timeout)
+    except requests.exceptions.SSLError as error:
+        raise FeedError(f"TLS error for {url}: {error}") from None
+    except requests.Timeout:
+        raise TransientError(f"no answer within {_seconds(timeout)} s") from None
+    except requests.ConnectionError:
+        raise TransientError("the connection failed (refused, reset or unknown host)") from None
+    except (
+        requests.exceptions.ChunkedEncodingError,
+        requests.exceptions.ContentDecodingError,
+    ) as error:
+        raise TransientError(f"{type(error).__name__}: {_short(error)}") from None
+    except requests.RequestException as error:
+        raise FeedError(f"cannot request {url}: {error}") from None
+
+
 class FeedHTTP:
     """Requests for the pages of one feed.
 
@@ -315,21 +338,7 @@ class FeedHTTP:
     # -- one attempt -----------------------------------------------------
 
     def _get_once(self, url: str, offset: str, started: float) -> Page:
-        try:
-            response = self.session.get(url, timeout=self.timeout)
-        except requests.exceptions.SSLError as error:
-            raise FeedError(f"TLS error for {url}: {error}") from None
-        except requests.Timeout:
-            raise TransientError(f"no answer within {_seconds(self.timeout)} s") from None
-        except requests.ConnectionError:
-            raise TransientError("the connection failed (refused, reset or unknown host)") from None
-        except (
-            requests.exceptions.ChunkedEncodingError,
-            requests.exceptions.ContentDecodingError,
-        ) as error:
-            raise TransientError(f"{type(error).__name__}: {_short(error)}") from None
-        except requests.RequestException as error:
-            raise FeedError(f"cannot request {url}: {error}") from None
+        response = send_get(self.session, url, self.timeout)
         with response:  # closed even when an exception keeps this frame alive
             return self._read(response, url, offset, started)
 

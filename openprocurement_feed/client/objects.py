@@ -23,7 +23,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from .errors import FeedError
-from .http import FeedHTTP, TransientError, error_description, parse_retry_after
+from .http import FeedHTTP, TransientError, error_description, parse_retry_after, send_get
 
 log = logging.getLogger(__name__)
 
@@ -108,19 +108,7 @@ class ObjectFetcher:
         return self.http.retrying(url, lambda: self._get_once(url))
 
     def _get_once(self, url: str) -> dict[str, Any] | None:
-        try:
-            response = self.session.get(url, timeout=self.http.timeout)
-        except requests.exceptions.SSLError as error:
-            raise FeedError(f"TLS error for {url}: {error}") from None
-        except (
-            requests.ConnectionError,
-            requests.Timeout,
-            requests.exceptions.ChunkedEncodingError,
-            requests.exceptions.ContentDecodingError,
-        ) as error:
-            raise TransientError(f"{type(error).__name__}: {str(error)[:200]}") from None
-        except requests.RequestException as error:
-            raise FeedError(f"cannot request {url}: {error}") from None
+        response = send_get(self.session, url, self.http.timeout)
         with response:
             status = response.status_code
             if status == 200:
