@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -193,17 +193,17 @@ def test_kill_9_mid_stream_loses_nothing_and_repeats_only_what_was_in_flight(
 ) -> None:
     ini = write_ini(tmp_path / "app.ini", mongodb_uri, db_name)
     put(store, 20)
-    events: list[Timestamp] = []
+    tokens: list[Mapping[str, Any]] = []  # every change's resume token, in stream order
     watching = threading.Event()
     stop_watch = threading.Event()
 
-    def watch() -> None:  # every change's clusterTime, as the sequencer sees them
+    def watch() -> None:  # the stream the sequencer follows, event by event
         with store.collection("tenders").watch(max_await_time_ms=50) as stream:
             watching.set()
             while not stop_watch.is_set():
                 event = stream.try_next()
                 if event is not None:
-                    events.append(event["clusterTime"])
+                    tokens.append(event["_id"])
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -228,28 +228,38 @@ def test_kill_9_mid_stream_loses_nothing_and_repeats_only_what_was_in_flight(
         time.sleep(1.0)
         first.send_signal(signal.SIGKILL)  # in the middle of the stream
         first.wait(10)
-        state = store.db[positions_name("tenders")].find_one({"_id": STATE_ID})
         time.sleep(0.5)
     finally:
         stop_writes.set()
         writer.join()
+    # Read after a pause: a bulk write the killed process sent just before
+    # dying is still applied by the server.
+    time.sleep(0.5)
+    state = store.db[positions_name("tenders")].find_one({"_id": STATE_ID})
+    assert state is not None
+    caught_up = time.monotonic() + 10
+    while time.monotonic() < caught_up and state["token"] not in tokens:
+        time.sleep(0.05)
     time.sleep(0.3)
     stop_watch.set()
     watcher.join()
     assert first.returncode == -signal.SIGKILL
-    pending = sum(1 for stamp in events if stamp > state["token_ts"])
+    # Counted in stream order, by resume token: a change's clusterTime says
+    # when it committed, not where the stream delivers it.
+    assert state["token"] in tokens, "the saved token is one of the stream's events"
+    pending = len(tokens) - tokens.index(state["token"]) - 1
     second = start_sequence(ini)
     try:
         wait_sequenced(store.db, timeout=30)
         # Every document's entry can be current before the last event is
         # handled (an earlier event's looked-up document already held the
         # last write): wait for the saved token to reach the last event.
-        last_event = max(events)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while True:
             saved = store.db[positions_name("tenders")].find_one({"_id": STATE_ID}) or {}
-            if saved.get("token_ts") is not None and saved["token_ts"] >= last_event:
+            if saved.get("token") == tokens[-1]:
                 break
+            assert time.monotonic() < deadline, "the restart reached the stream's last event within 30 s"
             time.sleep(0.05)
     finally:
         second.send_signal(signal.SIGTERM)
