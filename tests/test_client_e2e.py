@@ -26,7 +26,7 @@ from openprocurement_feed.client import (
     item_key,
 )
 from openprocurement_feed.demo.load import PatchWriter, create_tenders
-from openprocurement_feed.demo.server import DemoServer
+from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -176,22 +176,6 @@ def _pipe(source: socket.socket, target: socket.socket) -> None:
     _shut(source)
 
 
-class Served:
-    """A WSGI app on a real waitress server in a thread, on 127.0.0.1."""
-
-    def __init__(self, app: Any) -> None:
-        from waitress.server import create_server
-
-        self.server = create_server(app, host="127.0.0.1", port=0, threads=4)
-        self.port = int(self.server.effective_port)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.close()
-        self.thread.join(timeout=10)
-
-
 # -- fixtures -------------------------------------------------------------------
 
 
@@ -220,7 +204,7 @@ def faulty(mongodb_uri: str, db_name: str) -> Iterator[tuple[FaultyFeed, DropPro
 
     app = main({}, **demo_settings(mongodb_uri, db_name))
     faults = FaultyFeed(app)
-    served = Served(faults)
+    served = ThreadedServer(faults, threads=4).start()
     proxy = DropProxy(served.port)
     yield faults, proxy, f"http://127.0.0.1:{proxy.port}/api/2.5", app.registry.feed_store
     proxy.close()

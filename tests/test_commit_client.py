@@ -5,13 +5,11 @@ directions (offsets saved in one order, resumed in the other)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.client import Batch, FeedSync
 from openprocurement_feed.demo import main as demo_main
 from openprocurement_feed.demo.load import PatchWriter, create_tenders
-from openprocurement_feed.demo.server import DemoServer
+from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 from openprocurement_feed.offset import is_position_offset
 from openprocurement_feed.orders import STATE_ID, positions_name
 
@@ -145,13 +143,9 @@ class Deployment:
     """
 
     def __init__(self, app: Any) -> None:
-        from waitress.server import create_server
-
         self.app = app
-        self.server = create_server(self, host="127.0.0.1", port=0, threads=4)
-        self.api_url = f"http://127.0.0.1:{int(self.server.effective_port)}/api/2.5"
-        self.thread = threading.Thread(target=self.server.run, name="deployment", daemon=True)
-        self.thread.start()
+        self.http = ThreadedServer(self, threads=4).start()
+        self.api_url = f"{self.http.url}/api/2.5"
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         return self.app(environ, start_response)
@@ -160,16 +154,7 @@ class Deployment:
         self.app = app
 
     def close(self) -> None:
-        """Stop serving (as :meth:`DemoServer.close` does: idle keep-alive
-        connections must not hold the loop open)."""
-        socket_map = self.server._map
-        dispatchers = list(socket_map.values())
-        socket_map.clear()
-        self.thread.join(timeout=10)
-        self.server.task_dispatcher.shutdown()
-        for dispatcher in dispatchers:
-            with contextlib.suppress(OSError):
-                dispatcher.close()
+        self.http.close()
 
 
 @pytest.fixture

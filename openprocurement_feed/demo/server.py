@@ -8,10 +8,68 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import main
+
+
+class ThreadedServer:
+    """A WSGI app on a waitress server in a background thread, with a
+    clean stop: the one place that knows how to stop waitress from another
+    thread.
+
+    ``options`` go to :func:`waitress.server.create_server` (one listening
+    socket on ``host:port``; port 0 picks a free one).
+    """
+
+    def __init__(
+        self, app: Callable[..., Any], host: str = "127.0.0.1", port: int = 0, threads: int = 8, **options: Any
+    ) -> None:
+        from waitress.server import create_server
+
+        # One listening socket: a TcpWSGIServer (the stubs' return type is
+        # the union with the multi-socket server, which has no port).
+        self.server: Any = create_server(app, host=host, port=port, threads=threads, **options)
+        server: Any = self.server  # (assignment narrowed the attribute to the union)
+        self.host = host
+        self.port = int(server.effective_port)
+        self.thread = threading.Thread(target=self.server.run, name=f"http-{self.port}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The server's root URL."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ThreadedServer:
+        """Start serving in the background thread."""
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving.
+
+        Waitress serves while its socket map holds a dispatcher, and an idle
+        keep-alive connection would hold it for ``channel_timeout``: the map
+        is emptied so the loop ends after its current poll, then the worker
+        threads stop and the sockets are closed, in that order (closing them
+        under a running loop makes it fail on a closed descriptor).
+        """
+        socket_map = self.server._map
+        dispatchers = list(socket_map.values())
+        socket_map.clear()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        self.server.task_dispatcher.shutdown()
+        for dispatcher in dispatchers:
+            with contextlib.suppress(OSError):
+                dispatcher.close()
+
+    def __enter__(self) -> ThreadedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class DemoServer:
@@ -29,14 +87,10 @@ class DemoServer:
         port: int = 0,
         threads: int = 8,
     ) -> None:
-        from waitress.server import create_server
-
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
         try:
-            # One listening socket: a TcpWSGIServer (the stubs' return type is
-            # the union with the multi-socket server, which has no port).
-            self.server: Any = create_server(
+            self.http = ThreadedServer(
                 self.app,
                 host=host,
                 port=port,
@@ -49,14 +103,13 @@ class DemoServer:
             self._close_app()
             raise
         self.host = host
-        server: Any = self.server
-        self.port = int(server.effective_port)
-        self.thread = threading.Thread(target=self.server.run, name="demo-http", daemon=True)
+        self.port = self.http.port
+        self.thread = self.http.thread
 
     @property
     def url(self) -> str:
         """The server's root URL."""
-        return f"http://{self.host}:{self.port}"
+        return self.http.url
 
     @property
     def api_url(self) -> str:
@@ -66,27 +119,13 @@ class DemoServer:
 
     def start(self) -> DemoServer:
         """Start serving in a background thread."""
-        self.thread.start()
+        self.http.start()
         return self
 
     def close(self) -> None:
-        """Stop serving, close the store and stop an embedded database.
-
-        Waitress serves while its socket map holds a dispatcher, and an idle
-        keep-alive connection would hold it for ``channel_timeout``: the map
-        is emptied so the loop ends after its current poll, then the worker
-        threads stop and the sockets are closed, in that order (closing them
-        under a running loop makes it fail on a closed descriptor).
-        """
-        socket_map = self.server._map
-        dispatchers = list(socket_map.values())
-        socket_map.clear()
-        if self.thread.is_alive():
-            self.thread.join(timeout=10)
-        self.server.task_dispatcher.shutdown()
-        for dispatcher in dispatchers:
-            with contextlib.suppress(OSError):
-                dispatcher.close()
+        """Stop serving (:meth:`ThreadedServer.close`), then close the store
+        and stop an embedded database."""
+        self.http.close()
         self._close_app()
 
     def _close_app(self) -> None:
