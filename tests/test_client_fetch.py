@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_client_e2e import FAST_RETRY, DropProxy, Served, W, demo_settings, wait_watermark
+from test_client_e2e import FAST_RETRY, DropProxy, W, demo_settings, wait_watermark
 
 from openprocurement_feed.client import Batch, FeedError, FeedSync
 from openprocurement_feed.client.objects import ObjectFetcher
 from openprocurement_feed.demo.load import create_tenders
-from openprocurement_feed.demo.server import DemoServer
+from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -97,7 +97,7 @@ def served(mongodb_uri: str, db_name: str) -> Iterator[tuple[ObjectFaults, DropP
 
     app = main({}, **demo_settings(mongodb_uri, db_name))
     faults = ObjectFaults(app, app.registry.feed_store)
-    server = Served(faults)
+    server = ThreadedServer(faults, threads=4).start()
     proxy = DropProxy(server.port)
     yield faults, proxy, f"http://127.0.0.1:{proxy.port}/api/2.5", app.registry.feed_store
     proxy.close()
