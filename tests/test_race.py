@@ -104,9 +104,15 @@ def loaded_server(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str
 )
 def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytest.CaptureFixture[str]) -> None:
     url = loaded_server.api_url + "/tenders"
-    result = cli_main(["check", url, "--duration", "4", "--wait", "0.1", "--interval", "0"])
-    out = capsys.readouterr().out
-    print(out)
+    # An anomaly is a race a 4 s window can miss on a busy machine (a dozen
+    # checks): W = 0 gets three windows to show one; the safe W gets one,
+    # which must be clean.
+    for _ in range(3 if status == 1 else 1):
+        result = cli_main(["check", url, "--duration", "4", "--wait", "0.1", "--interval", "0"])
+        out = capsys.readouterr().out
+        print(out)
+        if result == status:
+            break
     assert result == status
     assert ("ANOMALY DETECTED" in out) == (status == 1)
     # the summary reads "N checks in S s: K with late arrivals ..."
