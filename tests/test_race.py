@@ -52,8 +52,12 @@ def describe(result: RunResult) -> str:
 
 
 def test_without_watermark_the_race_loses_documents(mongodb_uri: str) -> None:
-    result = run_once(brief_config(mongodb_uri), 0.0)
-    print(describe(result))
+    # The race is a matter of chance within a 4 s run: up to three runs.
+    for _ in range(3):
+        result = run_once(brief_config(mongodb_uri), 0.0)
+        print(describe(result))
+        if result.failures + result.lost > 0:
+            break
     assert result.patches > 0 and result.checks > 0
     assert result.failures + result.lost > 0, "the race did not show up without the watermark"
     assert all(lag >= 0 for lag in result.lags_ms)
