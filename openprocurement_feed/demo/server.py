@@ -30,11 +30,11 @@ class ThreadedServer:
 
         # One listening socket: a TcpWSGIServer (the stubs' return type is
         # the union with the multi-socket server, which has no port).
-        self.server: Any = create_server(app, host=host, port=port, threads=threads, **options)
-        server: Any = self.server  # (assignment narrowed the attribute to the union)
+        server: Any = create_server(app, host=host, port=port, threads=threads, **options)
+        self.server = server
         self.host = host
         self.port = int(server.effective_port)
-        self.thread = threading.Thread(target=self.server.run, name=f"http-{self.port}", daemon=True)
+        self.thread = threading.Thread(target=server.run, name=f"http-{self.port}", daemon=True)
 
     @property
     def url(self) -> str:
@@ -102,9 +102,16 @@ class DemoServer:
         except BaseException:
             self._close_app()
             raise
-        self.host = host
-        self.port = self.http.port
-        self.thread = self.http.thread
+
+    @property
+    def port(self) -> int:
+        """The port served (the one picked when ``port`` was 0)."""
+        return self.http.port
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread that serves."""
+        return self.http.thread
 
     @property
     def url(self) -> str:
