@@ -6,11 +6,13 @@ throughput), ``sync`` (a full sync by the reference crawler), ``sequencer``
 (the commit-ordered feed: sequencer throughput and catch-up, commit-to-visible
 delay beside the watermark's, a commit page's cost beside a watermark page's),
 ``metrics`` (a feed page with the Prometheus metrics on against off),
-``load`` (sustained load: crawlers and writers at once), ``demo-rate`` (the
+``orders`` (the seed's load over HTTP in both orders side by side on one
+database server: patches/s, the database's CPU per patch, feed delay, hot
+documents), ``load`` (sustained load: crawlers and writers at once), ``demo-rate`` (the
 patch rate the demo API reaches with real-shaped documents), ``restricted``
 (a page's render time with the restricted-object rule against without).
 Without a part,
-``cost``, ``plans``, ``codec``, ``sync``, ``sequencer`` and ``metrics`` run
+``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics`` and ``orders`` run
 (``make bench``); ``make load`` runs ``load``.
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
-PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics")
+PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics", "orders")
 
 
 def document_count(value: str) -> int:
@@ -94,6 +96,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RATE",
         help="patches per second of the delay figure (default: %(default)s)",
     )
+    orders = parser.add_argument_group("orders")
+    orders.add_argument(
+        "--order-seconds",
+        type=positive_float,
+        default=20.0,
+        metavar="S",
+        help="seconds of writes per run (default: %(default)s)",
+    )
+    orders.add_argument(
+        "--order-rounds",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="alternating runs of each order (default: %(default)s)",
+    )
+    orders.add_argument("--no-hot", action="store_true", help="leave out the hot-documents runs")
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
         "--patch-rate",
@@ -162,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 docs=args.docs,
                 repeat=args.repeat,
             )
+        elif part == "orders":
+            from . import orders
+
+            orders.run(seconds=args.order_seconds, rounds=args.order_rounds, hot=not args.no_hot)
         elif part == "metrics":
             from . import metrics_cost
 

@@ -44,6 +44,34 @@ class EmbeddedServerError(RuntimeError):
     """The embedded server could not be found or did not start."""
 
 
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system, seconds) used so far by process ``pid``
+    and its live descendants, read from ``/proc``; None where there is no
+    ``/proc`` (not Linux) or the process is gone.
+
+    The benchmarks and the race experiment count the database's work per
+    change with it: the embedded server is one Python process, so what the
+    feed and the sequencer ask of it is taken from the writers.
+    """
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    pending = [pid]
+    seen = False
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{current}/task/{current}/children", encoding="ascii") as handle:
+                pending.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+        seen = True
+        # fields[0] is the state (field 3); utime and stime are fields 14, 15
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total if seen else None
+
+
 def find_executable() -> str:
     """The path of ``secantusd-py``: next to this interpreter, or on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), EXECUTABLE)
@@ -118,6 +146,14 @@ class EmbeddedServer:
     def running(self) -> bool:
         """True while the child process is alive."""
         return self.process is not None and self.process.poll() is None
+
+    def cpu_seconds(self) -> float | None:
+        """The server's CPU time so far (:func:`process_tree_cpu_seconds`),
+        or None when it does not run or the platform does not say."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return None
+        return process_tree_cpu_seconds(process.pid)
 
     def start(self) -> EmbeddedServer:
         """Start the server and wait until it answers ``ping``."""

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .crawler import Crawler
-from .detector import Detector, DetectorThread
+from .detector import Detector, DetectorStats, DetectorThread
 from .feed import FeedClient
 from .load import LoggingWriter, create_many
 from .worker import SequencerWorker
@@ -80,6 +80,13 @@ class RaceConfig:
     progress_every: float = 5.0
     mongodb_uri: str | None = None
     seed: int | None = None
+    #: run the detector beside the crawler (the cost benchmark leaves it
+    #: out: one crawler, as a deployment's own load would have it)
+    detector: bool = True
+    #: the process id of the database at ``mongodb_uri`` when it runs on
+    #: this machine, to count its CPU per patch (the embedded server of a
+    #: run without ``mongodb_uri`` is counted anyway)
+    database_pid: int | None = None
 
     @property
     def runs(self) -> list[tuple[str, float]]:
@@ -127,6 +134,17 @@ class RunResult:
     hot: bool = False
     longest_invisible_s: float | None = None
     sequencer: dict[str, Any] | None = None
+    #: CPU seconds the database process used while the writers ran (None
+    #: when it is not a process of this machine)
+    database_cpu_s: float | None = None
+
+    @property
+    def database_cpu_ms_per_patch(self) -> float | None:
+        """The database's CPU per acknowledged patch (ms), crawler and
+        sequencer included."""
+        if self.database_cpu_s is None or not self.patches:
+            return None
+        return round(self.database_cpu_s * 1000.0 / self.patches, 2)
 
     @property
     def lag_summary(self) -> dict[str, float | None]:
@@ -142,6 +160,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["lag_summary_ms"] = self.lag_summary
+        data["database_cpu_ms_per_patch"] = self.database_cpu_ms_per_patch
         return data
 
 
@@ -201,6 +220,20 @@ def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str
     }
 
 
+def database_clock(config: RaceConfig, registry: Any) -> Callable[[], float | None]:
+    """What reads the database process's CPU seconds in a run: the
+    embedded server the run started, else ``config.database_pid``."""
+    from ..embedded import process_tree_cpu_seconds
+
+    embedded = getattr(registry, "feed_embedded", None)
+    if embedded is not None:
+        return embedded.cpu_seconds  # type: ignore[no-any-return]
+    pid = config.database_pid
+    if pid is not None:
+        return lambda: process_tree_cpu_seconds(pid)
+    return lambda: None
+
+
 def run_label(order: str, watermark: float) -> str:
     """How a run is named in progress lines."""
     return "[commit]" if order == "commit" else f"[W={watermark:g}]"
@@ -240,7 +273,8 @@ def run_once(
         small = create_many(api, config.small, large=False, seed=config.seed)
         large = create_many(api, config.large, large=True, seed=None if config.seed is None else config.seed + 1)
         crawler = Crawler(FeedClient(feed_url, limit=config.page_limit), config.poll_interval)
-        detector = DetectorThread(Detector(FeedClient(feed_url, limit=config.page_limit), config.check_wait))
+        if config.detector:
+            detector = DetectorThread(Detector(FeedClient(feed_url, limit=config.page_limit), config.check_wait))
         per_writer = config.rate / config.writers if config.rate > 0 else 0.0
         writers = [
             LoggingWriter(
@@ -253,8 +287,11 @@ def run_once(
             for number, ids in enumerate(_split_ids(small, large, config.writers))
         ]
         crawler.start()
-        detector.start()
+        if detector is not None:
+            detector.start()
         conflicts_before = server.registry.demo_stats.conflicts
+        cpu_clock = database_clock(config, server.registry)
+        cpu_before = cpu_clock()
         started = time.monotonic()
         for writer in writers:
             writer.start()
@@ -267,18 +304,24 @@ def run_once(
                 next_report += config.progress_every
                 elapsed = time.monotonic() - started
                 patches = sum(writer.stats.patches for writer in writers)
-                progress(
-                    f"{label} {elapsed:5.1f} s: {patches} patches ({patches / elapsed:.1f}/s), "
-                    f"{detector.stats.checks} checks, {detector.stats.failures} failures"
+                checks = (
+                    f", {detector.stats.checks} checks, {detector.stats.failures} failures"
+                    if detector is not None
+                    else ""
                 )
+                progress(f"{label} {elapsed:5.1f} s: {patches} patches ({patches / elapsed:.1f}/s){checks}")
         for writer in writers:
             writer.stop()
         for writer in writers:
             writer.join(timeout=60)
         duration = time.monotonic() - started
+        cpu_after = cpu_clock()
         conflicts = server.registry.demo_stats.conflicts - conflicts_before
-        detector.stop()
-        detector.join(timeout=60)
+        stats = DetectorStats()
+        if detector is not None:
+            detector.stop()
+            detector.join(timeout=60)
+            stats = detector.stats
         collection = server.registry.feed_store.collection("tenders")
         finals = {doc["_id"]: doc["dateModified"] for doc in collection.find({"is_public": True}, {"dateModified": 1})}
         catch_up = (watermark if order == "watermark" else 0.0) + config.settle
@@ -294,7 +337,6 @@ def run_once(
         crawler.client.close()
         lost_ids = sorted(tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final))
         patches = sum(writer.stats.patches for writer in writers)
-        stats = detector.stats
         result = RunResult(
             watermark=watermark,
             duration=round(duration, 1),
@@ -320,10 +362,14 @@ def run_once(
             hot=config.hot,
             longest_invisible_s=(longest_invisible(writers, crawler, time.time()) if config.hot else None),
             sequencer=_sequencer_figures(server.registry, worker),
+            database_cpu_s=(
+                round(cpu_after - cpu_before, 3) if cpu_before is not None and cpu_after is not None else None
+            ),
         )
         progress(
             f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
             f"{result.failures} failures, {result.lost} lost"
+            + (f", database CPU {result.database_cpu_ms_per_patch} ms/patch" if result.database_cpu_s else "")
         )
         return result
     finally:

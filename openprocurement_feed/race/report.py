@@ -54,6 +54,7 @@ def race_table(results: Sequence[RunResult]) -> str:
         ("crawler duplicates", [str(result.duplicates) for result in results]),
         ("feed delay median/p99/max (ms)", [_delay(result) for result in results]),
         ("write conflicts (retried)", [str(result.write_conflicts) for result in results]),
+        ("database CPU per patch (ms)", [_ms(result.database_cpu_ms_per_patch) for result in results]),
     ]
     if any(result.hot for result in results):
         rows.append(

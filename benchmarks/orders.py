@@ -1,0 +1,155 @@
+"""What the commit order costs the database beside the watermark order.
+
+The seed's load (SPEC D.12), over real HTTP, on **one** embedded server: the
+demo API on waitress (16 threads), 70 small and 70 large tenders, 6 writers
+paced to 80 patches/s with every write held open 5-40 ms after its stamp,
+one crawler following ``next_page``. The same load runs alternately in
+watermark order (``W = 1 s``) and in commit order (the in-process sequencer,
+``feed.sequencer = thread``, as ``make run``), each on a database of its own
+on the same server, ``--rounds`` times; then the hot scenario (30 tenders,
+160 patches/s asked) once in each order.
+
+Per run it prints the patches/s reached, the **database process's CPU per
+patch** (its CPU time over the write window, crawler and sequencer included,
+divided by the acknowledged patches), the crawler's feed delay (from a
+patch's acknowledgement to the crawler holding that version) and the
+tenders lost; then the ratios commit / watermark of the medians over the
+rounds. ``python -m benchmarks orders`` (or ``make bench ARGS=orders``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
+
+from .common import status, table
+
+#: The seed's load, as SPEC D.12 and the race experiment describe it.
+LOAD = dict(writers=6, rate=80.0, small=70, large=70, write_delay="5-40", threads=16, detector=False)
+#: The hot scenario: 30 tenders rewritten at 160 patches/s asked, writes held 5-40 ms.
+HOT = dict(writers=8, rate=160.0, small=30, large=0, write_delay="5-40", threads=16, detector=False, hot=True)
+WATERMARK = 1.0
+ORDERS = ("watermark", "commit")
+
+
+def one_run(database: EmbeddedServer, order: str, seconds: float, hot: bool = False) -> RunResult:
+    """One run of the load in ``order`` on its own database of ``database``."""
+    load = HOT if hot else LOAD
+    config = RaceConfig(
+        duration=seconds,
+        watermarks=(WATERMARK,),
+        sequencer="thread",
+        mongodb_uri=database.uri,
+        database_pid=database.process.pid if database.process is not None else None,
+        **load,  # type: ignore[arg-type]
+    )
+    result = run_once(config, WATERMARK if order == "watermark" else 0.0, status, order=order)
+    return result
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(commit: float | None, watermark: float | None) -> str:
+    if commit is None or not watermark:
+        return "-"
+    return f"{commit / watermark:.2f}"
+
+
+def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, RunResult], seconds: float) -> str:
+    """The runs and the ratios, as tables."""
+    rows = []
+    for order in ORDERS:
+        for number, result in enumerate(runs[order], 1):
+            delay = result.feed_delay_ms
+            rows.append(
+                [
+                    f"{order} #{number}",
+                    f"{result.patches_per_second:.1f}",
+                    _cell(result.database_cpu_ms_per_patch, 2),
+                    _cell(delay.get("median"), 0),
+                    _cell(delay.get("p99"), 0),
+                    result.lost,
+                    result.write_conflicts,
+                ]
+            )
+    body = table(["run", "patches/s", "db CPU ms/patch", "delay p50 ms", "delay p99 ms", "lost", "conflicts"], rows)
+
+    def median_of(order: str, pick: str) -> float | None:
+        values: list[float | None] = []
+        for result in runs[order]:
+            if pick == "rate":
+                values.append(result.patches_per_second)
+            elif pick == "cpu":
+                values.append(result.database_cpu_ms_per_patch)
+            else:
+                values.append(result.feed_delay_ms.get(pick))
+        return _median(values)
+
+    summary = table(
+        ["figure (median of rounds)", "watermark", "commit", "commit / watermark"],
+        [
+            [
+                label,
+                _cell(median_of("watermark", pick), 2),
+                _cell(median_of("commit", pick), 2),
+                _ratio(median_of("commit", pick), median_of("watermark", pick)),
+            ]
+            for label, pick in (
+                ("patches/s reached", "rate"),
+                ("database CPU per patch (ms)", "cpu"),
+                ("feed delay p50 (ms)", "median"),
+                ("feed delay p99 (ms)", "p99"),
+            )
+        ],
+    )
+    text = (
+        f"The seed's load on one embedded server, {seconds:g} s per run, orders alternating "
+        f"({LOAD['writers']} writers at {LOAD['rate']:g} patches/s asked, {LOAD['small']} small + "
+        f"{LOAD['large']} large tenders, writes held {LOAD['write_delay']} ms, one crawler; "
+        f"W = {WATERMARK:g} s; commit order with the in-process sequencer):\n{body}\n\n{summary}\n"
+        "db CPU = the database process's CPU time over the write window / acknowledged patches "
+        "(the writers' own work, the crawler's pages and the sequencer's reads and writes); "
+        "delay = from a patch's acknowledgement to the crawler holding that version; "
+        "lost = tenders whose final version the crawler never saw (0 expected)."
+    )
+    if hot:
+        hot_rows = [
+            [
+                order,
+                f"{result.patches_per_second:.1f}",
+                _cell(result.database_cpu_ms_per_patch, 2),
+                _cell(result.longest_invisible_s, 2),
+                result.lost,
+            ]
+            for order, result in hot.items()
+        ]
+        text += (
+            f"\n\nHot documents: {HOT['small']} tenders, {HOT['rate']:g} patches/s asked by "
+            f"{HOT['writers']} writers, writes held {HOT['write_delay']} ms:\n"
+            + table(["order", "patches/s", "db CPU ms/patch", "longest invisible (s)", "lost"], hot_rows)
+            + "\nlongest invisible = the longest time an acknowledged change stayed out of the "
+            "crawler's sight (until it held that version or a newer one)."
+        )
+    return text
+
+
+def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True) -> None:
+    """Measure and print the side-by-side figures."""
+    with EmbeddedServer() as database:
+        runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
+        for number in range(rounds):
+            for order in ORDERS:
+                status(f"orders: round {number + 1}/{rounds}, {order} order")
+                runs[order].append(one_run(database, order, seconds))
+        hot_runs = {order: one_run(database, order, seconds, hot=True) for order in ORDERS} if hot else {}
+    print(orders_report(runs, hot_runs, seconds), flush=True)
