@@ -53,6 +53,7 @@ from .errors import (
     query_timeout_view,
 )
 from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
+from .listing import normalize
 from .offset import (
     InvalidOffset,
     Offset,
@@ -78,6 +79,7 @@ __all__ = [
     "MissingRevision",
     "Offset",
     "commit_collections",
+    "commit_listings",
     "compose_offset",
     "compose_position",
     "includeme",
@@ -140,6 +142,18 @@ def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def commit_listings(registry: Any) -> dict[str, tuple[str, ...]]:
+    """The listing of each commit-ordered feed collection (:mod:`.listing`):
+    every field any of its commit-ordered feeds may show (default and
+    allowed fields) and the fields their restricted rule reads, which the
+    sequencer copies into the entries."""
+    found: dict[str, list[str]] = {}
+    for feed in getattr(registry, "feed_definitions", {}).values():
+        if feed.order == COMMIT:
+            found.setdefault(feed.collection, []).extend(feed.policy.projection(feed.allowed_fields))
+    return {name: normalize(fields) for name, fields in found.items()}
+
+
 def watermark_collections(registry: Any) -> list[str]:
     """The collections of the registry's watermark-ordered feeds (followed
     observe-only, to measure the lag the watermark bets on)."""
@@ -162,6 +176,7 @@ def _start_sequencer(registry: Any) -> None:
         store.db,
         collections,
         observed=observed,
+        listings=commit_listings(registry),
         lag_window_seconds=settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),
     ).start()

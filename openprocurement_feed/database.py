@@ -26,7 +26,6 @@ from pymongo.write_concern import WriteConcern
 from .offset import Offset, ids_digest
 from .orders import (
     COMMIT,
-    HIDDEN,
     ORDERS,
     PUBLIC_MODIFIED,
     WATERMARK,
@@ -104,21 +103,6 @@ def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
         if ids_digest(ids[start : start + count]) == digest:
             return start + count
     return None
-
-
-#: Extra reads a page may make to replace rows that turned out hidden.
-MAX_HIDDEN_ROUNDS = 10
-
-
-def _cut_after_shown(page: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """``page`` up to its ``limit``-th shown row (hidden rows do not count)."""
-    shown = 0
-    for number, row in enumerate(page):
-        if HIDDEN not in row:
-            shown += 1
-            if shown == limit:
-                return page[: number + 1]
-    return page
 
 
 class FeedStoreMixin:
@@ -370,9 +354,9 @@ class FeedStoreMixin:
         ``W`` to commit). In commit order a tie group is one transaction,
         complete below the checkpoint, so the premise holds by construction.
 
-        In commit order, rows whose document is gone or hidden when the page
-        is read carry ``HIDDEN``: they move the offsets on, the views do not
-        show them.
+        In commit order the rows are the positions entries themselves: a
+        deleted or hidden document's entry is a tombstone or a hidden entry
+        that no page matches, so every row is shown.
         """
         fields = list(fields)
         feed_order = self.feed_order(order)
@@ -381,30 +365,7 @@ class FeedStoreMixin:
         key = offset.field if offset is not None else feed_order.key
         with feed_order.reader(collection, self.max_time_ms, key=key) as reader:
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
-            page = reader.finish(rows, fields)
-            if not reader.hides_rows:
-                return page
-            for _ in range(MAX_HIDDEN_ROUNDS):
-                # Keep a full page full when rows turned out hidden: a short
-                # or empty page tells crawlers they reached the end.
-                if len(rows) < limit:
-                    break
-                shown = sum(HIDDEN not in row for row in page)
-                if shown >= limit:
-                    break
-                last = page[-1]
-                rows = self._after(
-                    reader,
-                    fields,
-                    Offset(last[reader.key], field=reader.key),
-                    last["_id"],
-                    limit,
-                    mode=mode,
-                    descending=descending,
-                    filters=filters,
-                )
-                page += reader.finish(rows, fields)
-            return _cut_after_shown(page, limit)
+            return reader.finish(rows, fields)
 
     def _page(
         self,

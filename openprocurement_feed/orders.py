@@ -10,8 +10,11 @@ in the offset form, and that difference lives here:
 * :class:`CommitOrder` (SPEC D): the key is ``committed_ts``, the cluster
   time at which the change committed, kept by the sequencer in a positions
   collection beside the documents; the bound is the sequencer's published
-  checkpoint. A page reads the checkpoint, pages the positions and then reads
-  the page's documents by ``_id``, all in one causally consistent session.
+  checkpoint. A page is two reads in one causally consistent session: the
+  checkpoint, then the positions, whose entries carry the feed's listing
+  (:mod:`.listing`): a page never reads the application's documents, but
+  for the fields the entries do not carry yet (a field added to a feed,
+  until the sequencer has re-materialized the entries).
 
 The store (:class:`~.database.FeedStoreMixin`) opens a :class:`PageReader` of
 the feed's order for each page and runs one code path for both: the offset
@@ -31,6 +34,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 
+from .listing import LISTING_KEY, ROW_FIELDS, STATE_LISTING, merge, missing, normalize
 from .offset import Offset, compose_offset, compose_position
 
 WATERMARK = "watermark"
@@ -48,10 +52,6 @@ POSITIONS_SUFFIX = "_feed_positions"
 #: uses as an id and every server finds through the ``_id`` index; the
 #: document has no ``is_public``, so no feed query ever returns it.
 STATE_ID = MinKey()
-#: A row whose document is gone or no longer public when its page is read:
-#: it moves the page's offsets on but is not shown (its newer position, a
-#: tombstone or a hidden entry, comes later).
-HIDDEN = "_feed_hidden"
 #: Seconds an offset of the other order is read earlier (on top of ``W``):
 #: a few duplicates, never a loss.
 CROSS_ORDER_MARGIN = 1.0
@@ -93,14 +93,11 @@ class PageReader:
     """The database side of one page in one order.
 
     ``key`` is the row field the page is sorted on; :meth:`find` runs a
-    query on the ordered collection; :meth:`finish` turns its rows into the
-    page's rows (with the documents' fields).
+    query on the ordered collection and returns the page's rows (``_id``,
+    ``key`` and the fields); :meth:`finish` completes them where it must.
     """
 
     key: str = PUBLIC_MODIFIED
-    #: True when :meth:`finish` may mark rows ``HIDDEN`` (the store then
-    #: refills and cuts the page by shown rows).
-    hides_rows: bool = False
 
     def __init__(self, max_time_ms: int = 0, session: ClientSession | None = None) -> None:
         self.max_time_ms = max_time_ms
@@ -131,7 +128,7 @@ class PageReader:
         raise NotImplementedError
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
-        """The page's rows with the documents' ``fields``."""
+        """The page's rows with every one of ``fields`` they have."""
         return rows
 
 
@@ -164,24 +161,34 @@ class WatermarkReader(PageReader):
 
 
 class CommitReader(PageReader):
-    """Pages the positions collection by ``committed_ts`` up to the checkpoint,
-    then reads the page's documents; one causally consistent session."""
+    """Pages the positions collection by ``committed_ts`` up to the
+    checkpoint and renders the rows from the entries' listing; one causally
+    consistent session.
+
+    The state document says which fields every entry carries
+    (:data:`~.listing.STATE_LISTING`, read with the checkpoint); fields a
+    page needs beyond them are read from the documents (:meth:`finish`).
+    """
 
     key = COMMITTED_TS
-    hides_rows = True
+    #: ids per read of documents when fields must be filled from them (the
+    #: embedded server's ``$in`` grows faster than its list)
+    fill_chunk = 100
 
     def __init__(self, collection: Collection[Any], session: ClientSession, max_time_ms: int = 0) -> None:
         super().__init__(max_time_ms, session)
         majority = ReadConcern("majority")
         db = collection.database
-        self.documents = collection.with_options(read_preference=collection.read_preference, read_concern=majority)
+        self.collection = collection
         self.positions = db.get_collection(
             positions_name(collection.name), read_preference=collection.read_preference, read_concern=majority
         )
-        state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1}, session=session)
+        state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1, STATE_LISTING: 1}, session=session)
         if not state or not isinstance(state.get("checkpoint"), Timestamp):
             raise FeedNotReady(collection.name)
         self.checkpoint: Timestamp = state["checkpoint"]
+        #: the fields every entry carries (none: positions of an earlier release)
+        self.listing: tuple[str, ...] = tuple(state.get(STATE_LISTING) or ())
 
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         existing = query.get(COMMITTED_TS)
@@ -195,33 +202,37 @@ class CommitReader(PageReader):
     def find(
         self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
     ) -> list[dict[str, Any]]:
-        return self._cursor(self.positions, query, {COMMITTED_TS: 1}, sort, limit)
+        """The entries as rows: their listing values with ``_id`` and
+        ``committed_ts``."""
+        projection = {COMMITTED_TS: 1}
+        projection.update({LISTING_KEY + "." + name: 1 for name in fields if name not in ROW_FIELDS})
+        rows: list[dict[str, Any]] = []
+        append = rows.append
+        for entry in self._cursor(self.positions, query, projection, sort, limit):
+            row = entry.get(LISTING_KEY) or {}
+            row["_id"] = entry["_id"]
+            row[COMMITTED_TS] = entry[COMMITTED_TS]
+            append(row)
+        return rows
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
-        """Read the rows' documents; a row is hidden when its document is
-        gone or no longer public. A document changed again since its entry
-        is shown with its newer content (SPEC D.5: its next position comes
-        later; a crawler may see that version twice, never miss it, and a
-        document rewritten all the time keeps appearing)."""
-        if not rows:
+        """Fill the ``fields`` the entries do not carry from the documents
+        (their current values: newer is allowed, SPEC D.5; a document gone
+        since keeps what its entry has)."""
+        lacking = missing(self.listing, fields)
+        if not rows or not lacking:
             return rows
-        projection = {name: 1 for name in fields}
-        projection[PUBLIC_MODIFIED] = 1
-        projection["is_public"] = 1
-        docs = {
-            doc["_id"]: doc
-            for doc in self._cursor(self.documents, {"_id": {"$in": [row["_id"] for row in rows]}}, projection, None, 0)
-        }
-        page = []
-        for row in rows:
-            doc = docs.get(row["_id"])
-            if doc is None or doc.get("is_public") is not True:
-                page.append({"_id": row["_id"], COMMITTED_TS: row[COMMITTED_TS], HIDDEN: True})
-            else:
-                doc.pop("is_public", None)
-                doc[COMMITTED_TS] = row[COMMITTED_TS]
-                page.append(doc)
-        return page
+        documents = self.collection.with_options(read_concern=ReadConcern("majority"))
+        projection = {name: 1 for name in normalize(lacking)}
+        by_id = {row["_id"]: row for row in rows}
+        ids = list(by_id)
+        for start in range(0, len(ids), self.fill_chunk):
+            query = {"_id": {"$in": ids[start : start + self.fill_chunk]}}
+            for doc in self._cursor(documents, query, projection, None, 0):
+                row = by_id.get(doc.pop("_id"))
+                if row is not None:
+                    merge(row, doc)
+        return rows
 
 
 def now_seconds() -> dict[str, Any]:

@@ -5,9 +5,13 @@ follows the collection's change stream, strictly in order and in batches, and
 keeps one *entry* per document in the positions collection beside it
 (:func:`~.orders.positions_name`)::
 
-    {_id, committed_ts, rev, is_public, is_test, public_modified, <scope fields>}
+    {_id, committed_ts, rev, is_public, is_test, public_modified, <scope fields>,
+     d: {<the listing>}}
 
-``committed_ts`` is the change event's ``clusterTime``. Entries move
+``committed_ts`` is the change event's ``clusterTime``; ``d`` holds the
+feeds' listing (:mod:`.listing`): every field a feed of the collection may
+show, copied from the version the entry was taken from, so that a page is
+rendered from the entries alone. Entries move
 **forward only**: one bulk write per batch, each a pipeline upsert that
 replaces the entry only when the event is newer, so a stale or repeated event
 is a no-op and any number of sequencers can run at once. A deleted document's
@@ -30,6 +34,21 @@ token has left the oplog it *recovers*: every document whose ``_rev`` differs
 from its entry's (or that has none) gets a fresh position above the old
 checkpoint, entries of vanished documents become tombstones, and it goes on
 from the present. Both are :meth:`CollectionSequencer.restamp`.
+
+The state document also records the listing the entries carry. A sequencer
+that starts with another listing (a feed gained an allowed field)
+*re-materializes* the entries in a background thread
+(:meth:`CollectionSequencer.rematerialize`): each entry whose revision is
+the document's current one gets the new listing, no position moves; the
+others are rewritten by their pending event anyway. Until it has finished,
+the state's listing names only the fields every entry carries, and pages
+fill the rest from the documents.
+
+What a change costs the database is what this module sends per change: one
+event of a stream batch and its share of one bulk write. Batches are
+gathered over ``batch_seconds`` (the stream is read once the window is
+over, not once per event), so under load a batch is one awaited read, one
+draining read, one read that finds the stream caught up, and one bulk write.
 """
 
 from __future__ import annotations
@@ -44,7 +63,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import bson
 from bson.timestamp import Timestamp
 from pymongo import ASCENDING, DESCENDING, UpdateOne
 from pymongo.change_stream import CollectionChangeStream
@@ -55,6 +73,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from .health import LagWindow, Publisher, event_lag
+from .listing import LISTING_KEY, STATE_LISTING, STATE_TARGET, covers, normalize, take
 from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, positions_name
 
 log = logging.getLogger(__name__)
@@ -66,9 +85,6 @@ INVALIDATING = frozenset({"drop", "rename", "dropDatabase", "invalidate"})
 #: Documents read and written per round trip by backfill and recovery.
 RESTAMP_CHUNK = 1000
 MAX_INCREMENT = 2**32 - 1
-#: A stream reply smaller than this cannot have been cut by the server's
-#: 16 MB reply limit.
-SAFE_REPLY_BYTES = 8 * 1024 * 1024
 
 
 def successor(position: Timestamp) -> Timestamp:
@@ -115,6 +131,7 @@ class SequencerStats:
     batches: int = 0
     backfilled: int = 0
     recovered: int = 0
+    rematerialized: int = 0
     restarts: int = 0
     checkpoint: Timestamp | None = None
     published_at: float = 0.0
@@ -181,14 +198,21 @@ class CollectionSequencer:
         and the state).
     :param scope_fields: document fields the collection's feeds filter on,
         copied into each entry.
+    :param listing: the document fields the collection's feeds may show
+        (:mod:`.listing`), copied into each entry's ``d``.
     :param batch_size: the most events handled in one bulk write.
     :param max_await_ms: how long one read of the stream waits for events.
+    :param batch_seconds: how long a batch gathers events after its first
+        one before the stream is read again: the sequencer's share of the
+        commit-to-visible delay, traded against the reads and writes it
+        sends per change.
     """
 
     def __init__(
         self,
         collection: Collection[Any],
         scope_fields: Iterable[str] = (),
+        listing: Iterable[str] = (),
         batch_size: int = 1000,
         max_await_ms: int = 20,
         batch_seconds: float = 0.05,
@@ -204,6 +228,7 @@ class CollectionSequencer:
             positions_name(self.name), write_concern=majority, read_concern=ReadConcern("majority")
         )
         self.scope_fields = tuple(dict.fromkeys(scope_fields))
+        self.listing = normalize(listing)
         self.batch_size = batch_size
         self.max_await_ms = max_await_ms
         self.batch_seconds = batch_seconds
@@ -215,6 +240,9 @@ class CollectionSequencer:
         self.publisher = Publisher(self.db, self.name, "observer" if observe else "sequencer")
         #: a batch published mid-stream: its last time and uncovered events
         self.pending: tuple[Timestamp, list[dict[str, Any]]] | None = None
+        #: set by :meth:`run`: ends a batch's wait and a re-materialization
+        self.stopping = threading.Event()
+        self.rematerializer: threading.Thread | None = None
 
     # -- entries ------------------------------------------------------------
 
@@ -231,7 +259,12 @@ class CollectionSequencer:
         for name in self.scope_fields:
             if name in doc:
                 entry[name] = doc[name]
+        entry[LISTING_KEY] = take(doc, self.listing)
         return entry
+
+    def document_fields(self) -> tuple[str, ...]:
+        """The document fields an entry is made of (a projection's paths)."""
+        return normalize(("_rev", "is_public", "is_test", PUBLIC_MODIFIED, *self.scope_fields, *self.listing))
 
     @staticmethod
     def tombstone(doc_id: Any, position: Timestamp) -> dict[str, Any]:
@@ -319,8 +352,7 @@ class CollectionSequencer:
 
     def _restamp(self, ceiling: Timestamp, floor: Timestamp | None, session: Any) -> int:
         counter = PositionCounter(ceiling, floor)
-        projection = {"_id": 1, "_rev": 1, "is_public": 1, "is_test": 1, PUBLIC_MODIFIED: 1}
-        projection.update({name: 1 for name in self.scope_fields})
+        projection = {"_id": 1, **{name: 1 for name in self.document_fields()}}
         cursor = self.collection.find(
             {"is_public": True},
             projection,
@@ -367,15 +399,82 @@ class CollectionSequencer:
             written += self.write(entries)
         return written
 
+    # -- the listing (SPEC D.13) ---------------------------------------------
+
+    def check_listing(self, state: Mapping[str, Any]) -> None:
+        """Start re-materializing the entries when they carry another listing
+        than this sequencer's (or none: positions of an earlier release).
+
+        The state's listing shrinks at once to the fields every entry
+        carries whichever listing wrote it (what pages may take from the
+        entries); the new listing becomes the target, and the state's
+        listing once :meth:`rematerialize` has gone through every document.
+        """
+        carried = state.get(STATE_LISTING)
+        target = state.get(STATE_TARGET)
+        if carried is not None and tuple(carried) == self.listing and target is None:
+            return
+        old = tuple(carried or ())
+        kept = [name for name in self.listing if covers(old, name)]
+        self.positions.update_one(
+            {"_id": STATE_ID}, {"$set": {STATE_LISTING: kept, STATE_TARGET: list(self.listing)}}, upsert=True
+        )
+        log.warning(
+            "Sequencer of %r: the entries carry the listing %s, the feeds need %s; re-materializing them "
+            "in the background (pages fill the missing fields from the documents until it has finished)",
+            self.name,
+            list(old) if carried is not None else "(none)",
+            list(self.listing),
+        )
+        if self.rematerializer is None or not self.rematerializer.is_alive():
+            self.rematerializer = threading.Thread(
+                target=self._rematerialize_logged, name=f"rematerialize-{self.name}", daemon=True
+            )
+            self.rematerializer.start()
+
+    def _rematerialize_logged(self) -> None:
+        try:
+            self.rematerialize()
+        except PyMongoError as error:  # the next start tries again
+            log.warning("Sequencer of %r: re-materialization stopped: %s", self.name, error)
+
+    def rematerialize(self) -> bool:
+        """Give every entry taken from its document's current revision this
+        sequencer's listing, from the documents, without moving a position;
+        then record the listing in the state. Entries of older revisions are
+        left to their pending events (which this sequencer writes with its
+        listing). Returns False when stopped or superseded before the end."""
+        began = time.monotonic()
+        projection = {"_id": 1, **{name: 1 for name in self.document_fields()}}
+        cursor = self.collection.find({"is_public": True}, projection, batch_size=RESTAMP_CHUNK)
+        for chunk in _chunks(cursor, RESTAMP_CHUNK):
+            if self.stopping.is_set():
+                return False
+            operations = [
+                UpdateOne({"_id": doc["_id"], "rev": doc.get("_rev")}, {"$set": {LISTING_KEY: take(doc, self.listing)}})
+                for doc in chunk
+            ]
+            result = self.positions.bulk_write(operations, ordered=False)
+            self.stats.rematerialized += result.modified_count
+        done = self.positions.update_one(
+            {"_id": STATE_ID, STATE_TARGET: list(self.listing)},
+            {"$set": {STATE_LISTING: list(self.listing)}, "$unset": {STATE_TARGET: ""}},
+        )
+        log.info(
+            "Sequencer of %r: %d entries re-materialized in %.1f s%s",
+            self.name,
+            self.stats.rematerialized,
+            time.monotonic() - began,
+            "" if done.matched_count else " (another listing has been asked for since)",
+        )
+        return bool(done.matched_count)
+
     # -- the stream ---------------------------------------------------------
 
     def stream_pipeline(self) -> list[dict[str, Any]]:
         """Keep of each event only what an entry needs: the server encodes
         and ships a few fields instead of whole documents."""
-        keep = {
-            f"fullDocument.{name}": 1
-            for name in ("_id", "_rev", "is_public", "is_test", PUBLIC_MODIFIED, *self.scope_fields)
-        }
+        keep = {f"fullDocument.{name}": 1 for name in ("_id", *self.document_fields())}
         keep.update({name: 1 for name in ("operationType", "documentKey", "clusterTime", "wallTime", "ns")})
         return [{"$project": keep}]
 
@@ -396,6 +495,11 @@ class CollectionSequencer:
         if self.observe:
             return self._watch()
         state = self.load_state()
+        if state:
+            self.check_listing(state)
+        if isinstance(state.get("checkpoint"), Timestamp):
+            # the feed is served from the saved checkpoint at once (ready)
+            self.published(state["checkpoint"])
         try:
             if state.get("token"):
                 return self._watch(resume_after=state["token"])
@@ -414,7 +518,9 @@ class CollectionSequencer:
             )
             return self._recover(state)
         start = successor(cluster_time(self.db))
-        self.positions.update_one({"_id": STATE_ID}, {"$setOnInsert": {"start": start}}, upsert=True)
+        self.positions.update_one(
+            {"_id": STATE_ID}, {"$setOnInsert": {"start": start, STATE_LISTING: list(self.listing)}}, upsert=True
+        )
         start = self.load_state().get("start", start)  # a sequencer that started first wins
         stream = self._watch(start_at_operation_time=start)
         self._backfill(start)
@@ -457,24 +563,31 @@ class CollectionSequencer:
         return stream
 
     def read_batch(self, stream: CollectionChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
-        """The events of one stream batch: until the stream is caught up (an
-        empty read), the driver's buffer is exhausted (the next read would
-        wait on the server), ``batch_size`` events or ``batch_seconds``.
-        Returns them and whether the stream was caught up."""
-        events: list[dict[str, Any]] = []
-        deadline = time.monotonic() + self.batch_seconds
-        size = 0
+        """The events of one batch, and whether the stream was caught up at
+        its end.
+
+        The first read waits (on the server, up to ``max_await_ms``) for an
+        event. From the first event on, the batch gathers events for
+        ``batch_seconds`` while nothing is asked of the server, then reads
+        what has come meanwhile: until a read comes back empty (caught up:
+        every event committed by then is in the batch), the batch holds
+        ``batch_size`` events, or a tenth of a window more has passed (a steady
+        stream: the checkpoint then stops short of the last event's time,
+        :meth:`handle`). Per batch that is one awaited read, one or two
+        draining reads and one empty read, however many events it holds.
+        """
+        event = stream.try_next()
+        if event is None:
+            return [], True
+        events = [event]
+        if self.stopping.wait(self.batch_seconds):
+            return events, False
+        deadline = time.monotonic() + self.batch_seconds / 10
         while len(events) < self.batch_size:
             event = stream.try_next()
             if event is None:
                 return events, True
             events.append(event)
-            size += len(bson.encode(event))
-            if _buffered(stream) == 0:
-                # The server's reply ended here. A reply shorter than the
-                # batch size and far below the reply size limit holds every
-                # event committed when it was made: caught up at its end.
-                return events, len(events) < self.batch_size and size < SAFE_REPLY_BYTES
             if time.monotonic() >= deadline:
                 break
         return events, False
@@ -541,6 +654,14 @@ class CollectionSequencer:
     def run(self, stopping: threading.Event, retry_seconds: float = 1.0) -> None:
         """Follow the stream until ``stopping`` is set; transient database
         errors are logged and retried from the saved state."""
+        self.stopping = stopping
+        try:
+            self._follow(stopping, retry_seconds)
+        finally:
+            if self.rematerializer is not None:
+                self.rematerializer.join(10.0)
+
+    def _follow(self, stopping: threading.Event, retry_seconds: float) -> None:
         while not stopping.is_set():
             try:
                 stream = self.open()
@@ -564,13 +685,21 @@ class Sequencer:
     :param collections: feed collection → the scope fields its feeds filter on.
     :param observed: collections of watermark feeds to follow observe-only
         (their lag measured, no positions written).
+    :param listings: feed collection → the fields its feeds may show
+        (:func:`openprocurement_feed.commit_listings`), carried by its entries.
     """
 
     def __init__(
-        self, db: Database[Any], collections: Mapping[str, Iterable[str]], observed: Iterable[str] = (), **options: Any
+        self,
+        db: Database[Any],
+        collections: Mapping[str, Iterable[str]],
+        observed: Iterable[str] = (),
+        listings: Mapping[str, Iterable[str]] | None = None,
+        **options: Any,
     ) -> None:
+        listings = listings or {}
         self.followers = [
-            CollectionSequencer(db.get_collection(name), scope_fields, **options)
+            CollectionSequencer(db.get_collection(name), scope_fields, listing=listings.get(name, ()), **options)
             for name, scope_fields in collections.items()
         ] + [
             CollectionSequencer(db.get_collection(name), observe=True, **options)
@@ -619,16 +748,6 @@ class Sequencer:
                 return False
             poll(0.02)
         return False
-
-
-def _buffered(stream: CollectionChangeStream[Any]) -> int | None:
-    """Events the driver holds for ``stream`` without asking the server, or
-    None when this driver version does not say (reads pymongo's cursor)."""
-    data = getattr(getattr(stream, "_cursor", None), "_data", None)
-    try:
-        return len(data) if data is not None else None
-    except TypeError:
-        return None
 
 
 def _hashable(value: Any) -> Any:

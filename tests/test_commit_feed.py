@@ -192,14 +192,27 @@ def test_a_host_write_that_replaces_the_whole_document_keeps_it_in_the_feed(comm
     assert after["data"][0]["next_check"] == "replaced by the host"
 
 
-def test_a_hidden_document_moves_the_offset_on_and_is_not_shown(commit_app: TestApp) -> None:
-    """A full page of documents that became drafts after their position: the
-    page is refilled from further on, and nothing hidden is shown."""
+def test_pages_show_each_entry_as_it_was_taken_and_never_read_the_documents(commit_app: TestApp) -> None:
+    """A page is rendered from the entries alone (SPEC D.2/D.5): with the
+    sequencer stopped, documents hidden since keep showing as the version
+    their positions were taken from; once their hiding is sequenced, their
+    entries move on as hidden entries and no page shows them."""
     store = commit_app.app.registry.feed_store
     ids = [commit_app.post_json(FEED, {"data": {"title": f"h{n}"}}).json["data"]["id"] for n in range(6)]
     wait_sequenced(store.db)
-    commit_app.app.registry.feed_sequencer.stop()  # the drafts keep their old positions
-    store.collection("tenders").update_many({"_id": {"$in": ids[:3]}}, {"$set": {"is_public": False}})
+    before = commit_app.get(FEED + "?limit=10&opt_fields=title").json["data"]
+    assert [item["id"] for item in before] == ids
+    sequencer = commit_app.app.registry.feed_sequencer
+    sequencer.stop()  # the hidden documents keep their old entries
+    store.collection("tenders").update_many(
+        {"_id": {"$in": ids[:3]}}, {"$set": {"is_public": False, "title": "x", "_rev": "9-hidden"}}
+    )
+    assert commit_app.get(FEED + "?limit=10&opt_fields=title").json["data"] == before
+    commit_app.app.registry.feed_sequencer = None
+    from openprocurement_feed import _start_sequencer
+
+    _start_sequencer(commit_app.app.registry)
+    wait_sequenced(store.db)
     body = commit_app.get(FEED + "?limit=3").json
     assert [item["id"] for item in body["data"]] == ids[3:]
     assert crawl(commit_app, FEED + "?limit=2") == commit_app.get(FEED + "?limit=10").json["data"]

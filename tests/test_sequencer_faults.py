@@ -11,7 +11,7 @@ from typing import Any
 from pymongo import MongoClient
 
 from openprocurement_feed.embedded import free_port
-from openprocurement_feed.sequencer import Sequencer, _buffered, _chunks, _hashable
+from openprocurement_feed.sequencer import Sequencer, _chunks, _hashable
 
 
 def unreachable_db() -> Any:
@@ -71,10 +71,4 @@ def test_event_keys_and_batches() -> None:
     assert _hashable({"x": [1]}) == "{'x': [1]}"  # an unhashable _id still keys a dict
     assert list(_chunks(({"n": n} for n in range(5)), 2)) == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 3}], [{"n": 4}]]
     assert list(_chunks([], 3)) == []
-    assert _buffered(object()) is None  # a driver that does not say
 
-
-def test_buffered_counts_what_the_driver_holds(mongo_client: MongoClient[Any], db_name: str) -> None:
-    """Read off a real change stream of the test server."""
-    with mongo_client[db_name]["tenders"].watch() as stream:
-        assert _buffered(stream) == 0

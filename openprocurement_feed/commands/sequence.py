@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from pymongo.errors import PyMongoError
     from pyramid.exceptions import ConfigurationError
 
-    from .. import commit_collections, shutdown, watermark_collections
+    from .. import commit_collections, commit_listings, shutdown, watermark_collections
     from ..sequencer import Sequencer
 
     try:
@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         registry.feed_store.db,
         collections,
         observed=observed,
+        listings=commit_listings(registry),
         batch_size=args.batch_size,
         lag_window_seconds=registry.feed_settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),

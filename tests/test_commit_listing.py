@@ -1,0 +1,270 @@
+"""The commit-ordered feed's materialized listing (SPEC D.2, D.5, D.13): pages
+are two reads of the positions alone, entries carry the feeds' fields, a
+field added to a live feed is re-materialized in the background while pages
+fill it from the documents, and positions of an earlier release (entries
+without a listing) are upgraded the same way."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from conftest import wait_sequenced
+from pymongo import MongoClient, monitoring
+from pyramid.config import Configurator
+from webtest import TestApp
+
+from openprocurement_feed import commit_listings, shutdown
+from openprocurement_feed.database import FeedStore
+from openprocurement_feed.listing import LISTING_KEY, STATE_LISTING, STATE_TARGET, covers, merge, missing, normalize, take
+from openprocurement_feed.orders import STATE_ID, positions_name
+
+FEED = "/api/2.5/tenders"
+
+
+def feed_app(settings: dict[str, str], allowed: Sequence[str], **feed: Any) -> TestApp:
+    """A commit-ordered app with one ``tenders`` feed allowing ``allowed``."""
+    config = Configurator(settings=dict(settings, **{"feed.order": "commit", "feed.sequencer": "thread"}))
+    config.include("openprocurement_feed")
+    config.add_feed("tenders", allowed_fields=tuple(allowed), **feed)
+    app = TestApp(config.make_wsgi_app())
+    assert app.app.registry.feed_sequencer.wait_ready(timeout=30)
+    return app
+
+
+def write(store: Any, count: int, prefix: str) -> list[dict[str, Any]]:
+    collection = store.collection("tenders")
+    return [
+        store.save_data(
+            collection,
+            {"_id": uuid.uuid4().hex, "title": f"{prefix}{n}", "status": "active", "owner": "o", "budget": n},
+            insert=True,
+        )
+        for n in range(count)
+    ]
+
+
+def state_of(store: Any) -> dict[str, Any]:
+    return store.db[positions_name("tenders")].find_one({"_id": STATE_ID}) or {}
+
+
+def wait_listing(store: Any, listing: Sequence[str], timeout: float = 30.0) -> None:
+    """Wait until the state says every entry carries ``listing``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = state_of(store)
+        if tuple(state.get(STATE_LISTING) or ()) == tuple(listing) and STATE_TARGET not in state:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the listing was not re-materialized: {state.get(STATE_LISTING)}")
+        time.sleep(0.05)
+
+
+class Finds(monitoring.CommandListener):
+    """The collections of the commands sent while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.commands: list[tuple[str, str]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.on:
+            self.commands.append((event.command_name, str(event.command.get(event.command_name))))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.fixture
+def monitored(settings: dict[str, str], mongodb_uri: str) -> Iterator[tuple[TestApp, Finds]]:
+    """A commit-ordered feed app whose store's client reports its commands."""
+    app = feed_app(settings, ("title", "status", "budget"))
+    registry = app.app.registry
+    listener = Finds()
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[listener], tz_aware=True)
+    own = registry.feed_store
+    registry.feed_store = FeedStore(client, registry.feed_settings.db_name)
+    try:
+        yield app, listener
+    finally:
+        registry.feed_store = own
+        client.close()
+        shutdown(registry)
+
+
+def test_listing_paths() -> None:
+    assert normalize(["title", "config.restricted", "config", "_id", "title", "a.b.c", "a.b"]) == (
+        "a.b",
+        "config",
+        "title",
+    )
+    assert covers(("config",), "config.restricted") and not covers(("config",), "configuration")
+    assert missing(("title",), ["_id", "title", "status", "committed_ts"]) == ("status",)
+    doc = {"title": "t", "config": {"restricted": True, "other": 1}, "n": None}
+    assert take(doc, ("config.restricted", "n", "absent", "config.absent.deeper")) == {
+        "config": {"restricted": True},
+        "n": None,
+    }
+    row: dict[str, Any] = {"config": {"restricted": True}, "title": "old"}
+    merge(row, {"config": {"owner": "x"}, "status": "active"})
+    assert row == {"config": {"restricted": True, "owner": "x"}, "title": "old", "status": "active"}
+
+
+def test_a_commit_page_is_two_reads_of_the_positions(monitored: tuple[TestApp, Finds]) -> None:
+    app, listener = monitored
+    store = app.app.registry.feed_store
+    docs = write(store, 12, "p")
+    wait_sequenced(store.db)
+    first = app.get(FEED + "?limit=5&opt_fields=title,status").json
+    listener.on = True
+    page = app.get(first["next_page"]["path"]).json
+    listener.on = False
+    assert [item["id"] for item in page["data"]] == [doc["_id"] for doc in docs[5:10]]
+    assert page["data"][0] == {
+        "id": docs[5]["_id"],
+        "dateModified": docs[5]["dateModified"],
+        "title": "p5",
+        "status": "active",
+    }
+    positions = positions_name("tenders")
+    assert listener.commands == [("find", positions), ("find", positions)], "the checkpoint, then the entries"
+
+
+def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) -> None:
+    app = feed_app(settings, ("title", "config.restricted"), restricted=True)
+    store = app.app.registry.feed_store
+    try:
+        assert commit_listings(app.app.registry) == {
+            "tenders": ("config.restricted", "dateModified", "owner", "public_modified", "title")
+        }
+        (doc,) = write(store, 1, "v")
+        wait_sequenced(store.db)
+        entry = store.db[positions_name("tenders")].find_one({"_id": doc["_id"]})
+        assert entry[LISTING_KEY] == {
+            "dateModified": doc["dateModified"],
+            "owner": "o",
+            "public_modified": doc["public_modified"],
+            "title": "v0",
+        }, "what the feeds may show and the rule reads, nothing else (no budget)"
+        assert state_of(store)[STATE_LISTING] == ["config.restricted", "dateModified", "owner", "public_modified", "title"]
+        store.collection("tenders").delete_one({"_id": doc["_id"]})
+        wait_sequenced(store.db)
+        tombstone = store.db[positions_name("tenders")].find_one({"_id": doc["_id"]})
+        assert tombstone["deleted"] is True and LISTING_KEY not in tombstone
+        assert app.get(FEED).json["data"] == []
+    finally:
+        shutdown(app.app.registry)
+
+
+def test_pages_fill_the_fields_the_entries_lack_from_the_documents(settings: dict[str, str]) -> None:
+    """Until a re-materialization has finished, a field the state does not
+    list is read from the documents: slower, never wrong."""
+    app = feed_app(settings, ("title", "status"))
+    store = app.app.registry.feed_store
+    try:
+        docs = write(store, 4, "f")
+        wait_sequenced(store.db)
+        app.app.registry.feed_sequencer.stop()
+        positions = store.db[positions_name("tenders")]
+        positions.update_one({"_id": STATE_ID}, {"$set": {STATE_LISTING: ["dateModified"]}})
+        positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {f"{LISTING_KEY}.title": ""}})
+        body = app.get(FEED + "?opt_fields=title,status").json
+        assert [item["title"] for item in body["data"]] == ["f0", "f1", "f2", "f3"]
+        assert [item["dateModified"] for item in body["data"]] == [doc["dateModified"] for doc in docs]
+        store.collection("tenders").delete_one({"_id": docs[0]["_id"]})
+        body = app.get(FEED + "?opt_fields=title").json
+        assert body["data"][0] == {"id": docs[0]["_id"], "dateModified": docs[0]["dateModified"]}, (
+            "a document gone since keeps what its entry has (its tombstone comes later)"
+        )
+    finally:
+        shutdown(app.app.registry)
+
+
+def crawl_from(app: TestApp, path: str, seen: list[dict[str, Any]]) -> str:
+    """Follow ``path`` to the end of the feed; append the items, return the
+    path to ask next."""
+    for _ in range(200):
+        body = app.get(path).json
+        seen.extend(body["data"])
+        path = body["next_page"]["path"]
+        if not body["data"]:
+            return path
+    raise AssertionError("the crawl did not end")
+
+
+def test_a_field_added_to_a_live_feed_is_rematerialized_and_nothing_is_lost_or_resent(
+    settings: dict[str, str],
+) -> None:
+    first = feed_app(settings, ("title",))
+    store = first.app.registry.feed_store
+    seen: list[dict[str, Any]] = []
+    try:
+        write(store, 30, "a")
+        wait_sequenced(store.db)
+        path = crawl_from(first, FEED + "?limit=7&opt_fields=title,status", seen)
+        positions_before = {
+            entry["_id"]: entry["committed_ts"]
+            for entry in store.db[positions_name("tenders")].find({"_id": {"$ne": STATE_ID}})
+        }
+    finally:
+        shutdown(first.app.registry)
+    assert all("status" not in item for item in seen), "not allowed yet"
+    second = feed_app(settings, ("title", "status"))
+    store = second.app.registry.feed_store
+    try:
+        more = write(store, 10, "b")
+        assert path.endswith("&opt_fields=title"), "status was not allowed: its link dropped it"
+        path = path.replace("opt_fields=title", "opt_fields=status%2Ctitle")  # the crawler asks for it again
+        path = crawl_from(second, path, seen)
+        wait_listing(store, ("dateModified", "public_modified", "status", "title"))
+        wait_sequenced(store.db)
+        crawl_from(second, path, seen)
+        versions = [(item["id"], item["dateModified"]) for item in seen]
+        assert len(versions) == len(set(versions)) == 40, "every version once: nothing lost, nothing re-sent"
+        assert {item["id"] for item in seen[-10:]} == {doc["_id"] for doc in more}
+        assert all(item.get("status") == "active" for item in seen[30:]), "pages after the change show it"
+        for entry in store.db[positions_name("tenders")].find({"_id": {"$ne": STATE_ID}}):
+            assert entry[LISTING_KEY]["status"] == "active"
+            if entry["_id"] in positions_before:
+                assert entry["committed_ts"] == positions_before[entry["_id"]], "no position moved"
+        everything: list[dict[str, Any]] = []
+        crawl_from(second, FEED + "?limit=100&opt_fields=status,title", everything)
+        assert len(everything) == 40 and all(item["status"] == "active" for item in everything)
+        assert second.app.registry.feed_sequencer.followers[0].stats.rematerialized == 30
+    finally:
+        shutdown(second.app.registry)
+
+
+def test_positions_of_an_earlier_release_are_upgraded(settings: dict[str, str]) -> None:
+    """Entries without a listing and a state that names none (the previous
+    release's positions): pages fill every field from the documents, the
+    sequencer re-materializes the entries, and the feed is the same."""
+    first = feed_app(settings, ("title",))
+    store = first.app.registry.feed_store
+    try:
+        docs = write(store, 8, "u")
+        wait_sequenced(store.db)
+        expected = first.get(FEED + "?opt_fields=title").json["data"]
+    finally:
+        shutdown(first.app.registry)
+    db = MongoClient(settings["mongodb.uri"], tz_aware=True)[settings["mongodb.db_name"]]
+    positions = db[positions_name("tenders")]
+    positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {LISTING_KEY: ""}})
+    positions.update_one({"_id": STATE_ID}, {"$unset": {STATE_LISTING: ""}})
+    assert positions.count_documents({LISTING_KEY: {"$exists": True}}) == 0
+    second = feed_app(settings, ("title",))
+    store = second.app.registry.feed_store
+    try:
+        assert second.get(FEED + "?opt_fields=title").json["data"] == expected
+        wait_listing(store, ("dateModified", "public_modified", "title"))
+        assert positions.count_documents({LISTING_KEY + ".title": {"$exists": True}}) == len(docs)
+        assert second.get(FEED + "?opt_fields=title").json["data"] == expected
+    finally:
+        shutdown(second.app.registry)
+        db.client.close()
