@@ -45,10 +45,7 @@ the state's listing names only the fields every entry carries, and pages
 fill the rest from the documents.
 
 What a change costs the database is what this module sends per change: one
-event of a stream batch and its share of one bulk write. Batches are
-gathered over ``batch_seconds`` (the stream is read once the window is
-over, not once per event), so under load a batch is one awaited read, one
-draining read, one read that finds the stream caught up, and one bulk write.
+event of a stream reply and its share of one bulk write (:meth:`read_batch`).
 """
 
 from __future__ import annotations
@@ -202,10 +199,8 @@ class CollectionSequencer:
         (:mod:`.listing`), copied into each entry's ``d``.
     :param batch_size: the most events handled in one bulk write.
     :param max_await_ms: how long one read of the stream waits for events.
-    :param batch_seconds: how long a batch gathers events after its first
-        one before the stream is read again: the sequencer's share of the
-        commit-to-visible delay, traded against the reads and writes it
-        sends per change.
+    :param batch_seconds: the longest a batch reads on before its entries
+        are written.
     """
 
     def __init__(
@@ -240,7 +235,7 @@ class CollectionSequencer:
         self.publisher = Publisher(self.db, self.name, "observer" if observe else "sequencer")
         #: a batch published mid-stream: its last time and uncovered events
         self.pending: tuple[Timestamp, list[dict[str, Any]]] | None = None
-        #: set by :meth:`run`: ends a batch's wait and a re-materialization
+        #: set by :meth:`run`: ends a re-materialization
         self.stopping = threading.Event()
         self.rematerializer: threading.Thread | None = None
 
@@ -564,31 +559,27 @@ class CollectionSequencer:
 
     def read_batch(self, stream: CollectionChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
         """The events of one batch, and whether the stream was caught up at
-        its end.
+        its end (a read came back empty: every event committed by then is in
+        the batch).
 
-        The first read waits (on the server, up to ``max_await_ms``) for an
-        event. From the first event on, the batch gathers events for
-        ``batch_seconds`` while nothing is asked of the server, then reads
-        what has come meanwhile: until a read comes back empty (caught up:
-        every event committed by then is in the batch), the batch holds
-        ``batch_size`` events, or a tenth of a window more has passed (a steady
-        stream: the checkpoint then stops short of the last event's time,
-        :meth:`handle`). Per batch that is one awaited read, one or two
-        draining reads and one empty read, however many events it holds.
+        A batch is what one reply of the server brings: the reads go on
+        while the driver hands out events of the same reply, and the batch
+        ends where the stream's resume token moves past the last event (the
+        server's post-batch token: its reply ended there), at ``batch_size``
+        events or after ``batch_seconds``. Such a batch is not known to be
+        caught up (a transaction's events may go on in the next reply), so
+        its checkpoint stops short of its last event's time (:meth:`handle`).
+        Under load a batch costs one read and one bulk write, however many
+        events the reply holds: the database's own latency gathers them.
         """
-        event = stream.try_next()
-        if event is None:
-            return [], True
-        events = [event]
-        if self.stopping.wait(self.batch_seconds):
-            return events, False
-        deadline = time.monotonic() + self.batch_seconds / 10
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + self.batch_seconds
         while len(events) < self.batch_size:
             event = stream.try_next()
             if event is None:
                 return events, True
             events.append(event)
-            if time.monotonic() >= deadline:
+            if stream.resume_token != event["_id"] or time.monotonic() >= deadline:
                 break
         return events, False
 
