@@ -89,6 +89,8 @@ class DemoServer:
     ) -> None:
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
+        # the default cap on long-poll waiters is half the server's threads
+        self.registry.feed_server_threads = threads
         try:
             self.http = ThreadedServer(
                 self.app,
