@@ -132,8 +132,12 @@ class DemoServer:
         return self
 
     def close(self) -> None:
-        """Stop serving (:meth:`ThreadedServer.close`), then close the store
-        and stop an embedded database."""
+        """Answer the long-poll waiters, stop serving
+        (:meth:`ThreadedServer.close`), then close the store and stop an
+        embedded database."""
+        notifier = getattr(self.registry, "feed_longpoll", None)
+        if notifier is not None:
+            notifier.stop()  # waiting requests hold worker threads: answer them first
         self.http.close()
         self._close_app()
 
