@@ -47,8 +47,13 @@ from .settings import DEFAULT_MAX_WAITERS
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two reads of the followed bounds while anyone waits.
+#: Seconds between two reads of a commit feed's checkpoint while anyone
+#: waits (the commit order's own delay is a few tens of milliseconds).
 DEFAULT_INTERVAL = 0.05
+#: Seconds between two reads of a watermark feed's newest stamp: a stamp is
+#: seen within this and woken at stamp + ``W``, so the delay stays within
+#: ``W`` + this while the read costs a quarter of the commit rate.
+WATERMARK_INTERVAL = 0.2
 #: Seconds after stamp + ``W`` a watermark waiter is woken: the page's own
 #: ``$$NOW - W`` (millisecond resolution) must already include the stamp.
 WAKE_MARGIN = 0.003
@@ -110,6 +115,8 @@ class Watch:
     #: waiting to become visible (``due`` on the monotonic clock)
     newest: float | None = None
     pending: list[tuple[float, float]] = field(default_factory=list)
+    #: ``time.monotonic()`` of the next read of the bound
+    next_read: float = 0.0
 
 
 def passes(bound: Key, key: Key) -> bool:
@@ -141,8 +148,9 @@ class LongPollNotifier:
     :param watermark_seconds: ``W`` of the watermark feeds.
     :param max_waiters: the cap, or a callable giving it (resolved when a
         request would wait: the server's thread count may be learnt late).
-    :param interval: seconds between two reads of the bounds while anyone
-        waits.
+    :param interval: seconds between two reads of a commit feed's
+        checkpoint while anyone waits on it.
+    :param watermark_interval: the same for a watermark feed's newest stamp.
     :param metrics: the app's :class:`~.metrics.FeedMetrics`, or None.
 
     The thread starts with the first waiter and sleeps, with no query,
@@ -156,11 +164,13 @@ class LongPollNotifier:
         max_waiters: int | Callable[[], int] = DEFAULT_MAX_WAITERS,
         interval: float = DEFAULT_INTERVAL,
         metrics: Any = None,
+        watermark_interval: float = WATERMARK_INTERVAL,
     ) -> None:
         self.store = store
         self.watermark_seconds = watermark_seconds
         self._max_waiters = max_waiters
         self.interval = interval
+        self.watermark_interval = watermark_interval
         self.metrics = metrics
         self._cond = threading.Condition()
         self._watches: dict[tuple[str, str], Watch] = {}
@@ -299,8 +309,10 @@ class LongPollNotifier:
                     self._cond.wait()  # nobody waits: no query at all
                 if self._stopping:
                     return
-                watches = [watch for watch in self._watches.values() if watch.waiters]
+                now = time.monotonic()
+                watches = [watch for watch in self._watches.values() if watch.waiters and watch.next_read <= now]
             for watch in watches:
+                watch.next_read = now + (self.interval if watch.order == COMMIT else self.watermark_interval)
                 try:
                     self._poll(watch)
                 except PyMongoError as error:
@@ -356,6 +368,8 @@ class LongPollNotifier:
         with self._cond:
             watches = list(self._watches.values())
         for watch in watches:
+            if watch.waiters:
+                pause = min(pause, max(0.0, watch.next_read - now))
             with self._cond:
                 due = [stamp for at, stamp in watch.pending if at <= now]
                 watch.pending = [(at, stamp) for at, stamp in watch.pending if at > now]

@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Query parameters the client sets itself; taken out of the feed URL.
-MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields", "feed", "timeout")
+MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields")
+#: The parameters of a long-poll request: they replace the URL's own.
+LONGPOLL_PARAMS = ("feed", "timeout")
 #: Seconds a long-poll answer may take beyond its ``timeout`` before the
 #: client's read timeout gives up on it.
 LONGPOLL_READ_MARGIN = 10.0
@@ -320,7 +322,8 @@ class FeedHTTP:
     def request_url(self, offset: str | None, descending: bool = False, wait: bool = True) -> str:
         """The URL of the page at ``offset`` (None or ``""``: the first page);
         a forward one long-polls when ``longpoll`` is set and ``wait``."""
-        params = list(self._extra)
+        waits = bool(self.longpoll and wait and not descending)
+        params = [(key, value) for key, value in self._extra if not (waits and key in LONGPOLL_PARAMS)]
         params.append(("limit", str(self.limit)))
         if self.identity.mode:
             params.append(("mode", self.identity.mode))
@@ -328,7 +331,7 @@ class FeedHTTP:
             params.append(("opt_fields", ",".join(self.identity.opt_fields)))
         if descending:
             params.append(("descending", "1"))
-        elif self.longpoll and wait:
+        elif waits:
             params.append(("feed", "longpoll"))
             params.append(("timeout", f"{self.longpoll:g}"))
         if offset:

@@ -397,10 +397,30 @@ class FeedSync:
         else:
             # long-poll only once the history is done: until then an empty
             # forward page must not hold up the backward crawl
-            page = self.http.fetch(offset, descending=descending, wait=self.state.backward_done)
+            wait = self.state.backward_done and not descending and self.http.longpoll > 0
+            page = self._wait_for(offset) if wait else self.http.fetch(offset, descending=descending, wait=False)
         if offset:
             self._rejections_in_row = 0
         return page
+
+    def _wait_for(self, offset: str | None) -> Page:
+        """A long-poll request, in a helper thread so that :meth:`stop` ends
+        the wait at once (the request itself is abandoned: it ends at the
+        server's answer or its timeout)."""
+        future: Future[Page] = Future()
+
+        def request() -> None:
+            try:
+                future.set_result(self.http.fetch(offset, False, True))
+            except BaseException as error:  # handed to the waiting thread
+                future.set_exception(error)
+
+        # a daemon thread, not an executor's: exiting never waits for it
+        threading.Thread(target=request, name="feed-longpoll", daemon=True).start()
+        while not future.done():
+            if self._stopping.wait(0.05):
+                raise SyncStopped("stopped while waiting for changes")
+        return future.result()
 
     def _prefetch(self, page: Page, direction: str) -> None:
         """Request the page after ``page`` in the background (object fetching
@@ -412,7 +432,7 @@ class FeedSync:
         if not descending and len(page.items) < (page.limit or self.http.limit):
             return
         offset = page.next_offset
-        future = self._prefetcher.submit(self.http.fetch, offset, descending, self.state.backward_done)
+        future = self._prefetcher.submit(self.http.fetch, offset, descending, False)
         self._prefetched[descending] = (offset, future)
 
     def _handle(self, page: Page, direction: str) -> None:
