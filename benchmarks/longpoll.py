@@ -100,7 +100,9 @@ def start_server(embedded: EmbeddedServer, order: str, db_name: str, threads: in
     extra = {"feed.watermark_seconds": str(WATERMARK_SECONDS), "feed.longpoll_max_waiters": "60"}
     if order == "commit":
         extra.update({"feed.order": "commit", "feed.sequencer": "thread"})
-    server = DemoServer(make_settings(embedded.uri, db_name, **extra), threads=threads).start()
+    settings = make_settings(embedded.uri, db_name)
+    settings.update(extra)
+    server = DemoServer(settings, threads=threads).start()
     if order == "commit":
         server.registry.feed_sequencer.wait_ready(timeout=30)
     return server
