@@ -10,7 +10,9 @@ delay beside the watermark's, a commit page's cost beside a watermark page's),
 database server: patches/s, the database's CPU per patch, feed delay, hot
 documents), ``load`` (sustained load: crawlers and writers at once), ``demo-rate`` (the
 patch rate the demo API reaches with real-shaped documents), ``restricted``
-(a page's render time with the restricted-object rule against without).
+(a page's render time with the restricted-object rule against without),
+``longpoll`` (``feed=longpoll``: PATCH-to-crawler delay beside polling
+crawlers, and the database's CPU with crawlers waiting at the head).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics`` and ``orders`` run
 (``make bench``); ``make load`` runs ``load``.
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate", "restricted"),
+        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll"),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -133,6 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="writes per second per writer, 0 = as fast as answered (default: %(default)s)",
     )
+    longpoll = parser.add_argument_group("longpoll")
+    longpoll.add_argument(
+        "--changes", type=positive_int, default=20, help="PATCHes of the delay figure per order (default: %(default)s)"
+    )
+    longpoll.add_argument(
+        "--wait-seconds",
+        type=positive_float,
+        default=10.0,
+        help="seconds each CPU row's crawlers wait at the head (default: %(default)s; the issue's figure: 30)",
+    )
     return parser
 
 
@@ -146,6 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import demo_rate
 
         demo_rate.run(rate=args.patch_rate, seconds=args.write_seconds)
+        return 0
+    if args.part == "longpoll":
+        from . import longpoll
+
+        longpoll.run(changes=args.changes, wait_seconds=args.wait_seconds)
         return 0
     if args.part == "restricted":
         from . import restricted_cost

@@ -23,6 +23,9 @@
 * with ``feed.metrics_path`` set, ``registry.feed_metrics``, the Prometheus
   metrics view at that path and the tween that counts feed pages
   (:mod:`.metrics`, the ``metrics`` extra); nothing when it is empty;
+* ``registry.feed_longpoll`` — the :class:`~.longpoll.LongPollNotifier` of
+  ``feed=longpoll`` requests (SPEC E), whose thread starts with the first
+  waiter;
 * with ``feed.sequencer = thread``, ``registry.feed_sequencer``: a
   :class:`~.sequencer.Sequencer` following the collections of every
   commit-ordered feed and observing those of the other feeds, started when
@@ -182,9 +185,20 @@ def _start_sequencer(registry: Any) -> None:
     ).start()
 
 
+def _create_longpoll(registry: Any) -> None:
+    from .longpoll import include_longpoll
+
+    if getattr(registry, "feed_longpoll", None) is None:
+        include_longpoll(registry)
+
+
 def shutdown(registry: Any) -> None:
-    """Stop what the include started: the in-process sequencer, the store's
-    connections and the embedded database (each if present)."""
+    """Stop what the include started: the long-poll waiters (answered at
+    once), the in-process sequencer, the store's connections and the
+    embedded database (each if present)."""
+    notifier = getattr(registry, "feed_longpoll", None)
+    if notifier is not None:
+        notifier.stop()
     sequencer = getattr(registry, "feed_sequencer", None)
     if sequencer is not None:
         sequencer.stop()
@@ -244,6 +258,8 @@ def includeme(config: Configurator) -> None:
     registry.feed_host_store = None
     # Deferred, so that the host may still call config.set_feed_store.
     config.action(None, _create_store, args=(registry,), order=-10)
+    registry.feed_longpoll = None
+    config.action(None, _create_longpoll, args=(registry,), order=-5)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")

@@ -256,6 +256,10 @@ def health_report(registry: Any) -> dict[str, Any]:
     for feed in registry.feed_definitions.values():
         item = feed_health(store.db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
         item["path"] = f"{settings.route_prefix}/{feed.path}"
+        notifier = getattr(registry, "feed_longpoll", None)
+        if notifier is not None:
+            # this process's waiters (feed=longpoll, SPEC E)
+            item["longpoll"] = {**notifier.counters(feed.name).as_dict(), "max_waiters": notifier.max_waiters}
         registry.feed_verdicts.note(feed.name, item["verdict"], item["reason"])
         feeds.append(item)
     status = _worst(item["verdict"] for item in feeds)

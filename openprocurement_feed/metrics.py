@@ -52,6 +52,10 @@ PAGE_SECONDS = "openprocurement_feed_page_seconds"
 COMMIT_LAG = "openprocurement_feed_commit_lag_seconds"
 CHECKPOINT_AGE = "openprocurement_feed_checkpoint_age_seconds"
 LAG_WINDOW = "openprocurement_feed_lag_window_seconds"
+LONGPOLL_WAITERS = "openprocurement_feed_longpoll_waiters"
+LONGPOLL_WAKEUPS = "openprocurement_feed_longpoll_wakeups_total"
+LONGPOLL_TIMEOUTS = "openprocurement_feed_longpoll_timeouts_total"
+LONGPOLL_OVER_CAP = "openprocurement_feed_longpoll_over_cap_total"
 
 #: Page latency buckets: 1 ms to 5 s.
 PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -135,6 +139,27 @@ class FeedMetrics:
             multiprocess_mode="mostrecent",
             registry=own,
         )
+        self.longpoll_waiters = Gauge(
+            LONGPOLL_WAITERS,
+            "feed=longpoll requests waiting now.",
+            ["feed"],
+            multiprocess_mode="livesum",
+            registry=own,
+        )
+        self._longpoll_counters = {
+            "wakeup": Counter(
+                LONGPOLL_WAKEUPS, "Long-poll waiters woken to read their page again.", ["feed"], registry=own
+            ),
+            "timeout": Counter(
+                LONGPOLL_TIMEOUTS, "Long-poll requests answered at their timeout.", ["feed"], registry=own
+            ),
+            "over_cap": Counter(
+                LONGPOLL_OVER_CAP,
+                "Long-poll requests answered at once, over feed.longpoll_max_waiters.",
+                ["feed"],
+                registry=own,
+            ),
+        }
         if own is not None:
             self._source: Any = own
         else:
@@ -194,6 +219,16 @@ class FeedMetrics:
         """Set the checkpoint age of ``collection`` (a scrape hook's value for
         the same collection, computed later, wins)."""
         self.checkpoint_age.labels(collection).set(seconds)
+
+    def longpoll_waiting(self, feed: str, delta: int) -> None:
+        """One more (``delta = 1``) or one fewer (``-1``) waiter on ``feed``."""
+        self.longpoll_waiters.labels(feed).inc(delta)
+
+    def longpoll_event(self, feed: str, what: str) -> None:
+        """Count a long-poll ``wakeup``, ``timeout`` or ``over_cap`` answer."""
+        counter = self._longpoll_counters.get(what)
+        if counter is not None:
+            counter.labels(feed).inc()
 
     def add_scrape_hook(self, hook: AgeHook) -> None:
         """Call ``hook()`` at every scrape for ``{collection: age_seconds}``:

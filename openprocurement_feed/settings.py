@@ -77,6 +77,9 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "metrics_path": Setting("feed.metrics_path", "FEED_METRICS_PATH", "", empty_ok=True),
         "metrics_permission": Setting("feed.metrics_permission", "FEED_METRICS_PERMISSION", "", empty_ok=True),
         "long_watermark": Setting("feed.long_watermark", "FEED_LONG_WATERMARK", "false"),
+        "longpoll_default_seconds": Setting("feed.longpoll_default_seconds", "FEED_LONGPOLL_DEFAULT_SECONDS", "25"),
+        "longpoll_max_seconds": Setting("feed.longpoll_max_seconds", "FEED_LONGPOLL_MAX_SECONDS", "55"),
+        "longpoll_max_waiters": Setting("feed.longpoll_max_waiters", "FEED_LONGPOLL_MAX_WAITERS", "auto"),
     }
 )
 #: The longest watermark accepted without ``feed.long_watermark = true``.
@@ -91,6 +94,9 @@ ORDERS = ("watermark", "commit")
 #: here; ``observe`` runs the same follower in a thread that only measures
 #: (for watermark deployments).
 SEQUENCER_MODES = ("off", "thread", "observe")
+#: The long-poll waiters per process when neither the setting nor the
+#: server's thread count says more.
+DEFAULT_MAX_WAITERS = 4
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,12 @@ class FeedSettings:
     metrics_path: str = ""
     metrics_permission: str | None = None
     long_watermark: bool = False
+    #: ``feed=longpoll`` (SPEC E): the wait without ``timeout``, the longest
+    #: ``timeout`` accepted, and the waiters per process (None: half the
+    #: server's threads where known, else :data:`DEFAULT_MAX_WAITERS`)
+    longpoll_default_seconds: float = 25.0
+    longpoll_max_seconds: float = 55.0
+    longpoll_max_waiters: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -283,6 +295,27 @@ def parse_route_prefix(where: str, value: str) -> str:
     return prefix
 
 
+def parse_non_negative_seconds(where: str, value: str) -> float:
+    """A finite number of seconds >= 0."""
+    allowed = "expected a number of seconds >= 0"
+    seconds = _number(float, where, value, allowed)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _fail(where, value, allowed)
+    return seconds
+
+
+def parse_max_waiters(where: str, value: str) -> int | None:
+    """``auto`` (None: derived from the server's threads) or an integer >= 0
+    (0: every long-poll request is answered at once)."""
+    if value.lower() == "auto":
+        return None
+    allowed = "expected auto or an integer >= 0"
+    number = _number(int, where, value, allowed)
+    if number < 0:
+        raise _fail(where, value, allowed)
+    return number
+
+
 def parse_positive_seconds(where: str, value: str) -> float:
     """A finite number of seconds > 0."""
     allowed = "expected a number of seconds > 0"
@@ -359,6 +392,11 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
     watermark_where, watermark_value = raw("watermark_seconds")
     watermark_seconds = parse_watermark(watermark_where, watermark_value)
     check_watermark_length(watermark_where, watermark_seconds, long_watermark)
+    longpoll_max = parse_positive_seconds(*raw("longpoll_max_seconds"))
+    longpoll_where, longpoll_value = raw("longpoll_default_seconds")
+    longpoll_default = parse_non_negative_seconds(longpoll_where, longpoll_value)
+    if longpoll_default > longpoll_max:
+        raise _fail(longpoll_where, longpoll_value, f"expected at most feed.longpoll_max_seconds ({longpoll_max:g})")
     return FeedSettings(
         uri=uri,
         long_watermark=long_watermark,
@@ -382,4 +420,7 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         checkpoint_threshold_seconds=parse_positive_seconds(*raw("checkpoint_threshold_seconds")),
         metrics_path=parse_view_path(*raw("metrics_path"), route_prefix, optional=True),
         metrics_permission=raw("metrics_permission")[1] or None,
+        longpoll_default_seconds=longpoll_default,
+        longpoll_max_seconds=longpoll_max,
+        longpoll_max_waiters=parse_max_waiters(*raw("longpoll_max_waiters")),
     )

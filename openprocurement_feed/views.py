@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
+from .longpoll import OVER_CAP
 from .offset import compose_offset
 from .orders import (
     COMMIT,
@@ -194,6 +196,8 @@ def feed_validator(feed: FeedDefinition) -> Callable[..., None]:
                 max_limit=settings.max_limit,
                 allowed_fields=feed.allowed_fields,
                 default_fields=feed.default_fields,
+                default_timeout=settings.longpoll_default_seconds,
+                max_timeout=settings.longpoll_max_seconds,
             )
         except ParamError as error:
             request.errors.add("querystring", error.name, error.description)
@@ -211,22 +215,51 @@ def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
         if feed.scope:
             filters = {feed.filter_field: request.matchdict[feed.scope]}
         store = request.feed_store
-        rows = store.feed_page(
-            store.feed_collection(feed.collection),
-            # only what the page shows, and what the item policy reads
-            feed.policy.projection(feed.default_fields + params.opt_fields),
-            offset=params.offset,
-            mode=params.mode,
-            descending=params.descending,
-            limit=params.limit,
-            filters=filters,
-            order=feed.order,
-        )
+
+        def read() -> list[dict[str, Any]]:
+            return store.feed_page(  # type: ignore[no-any-return]
+                store.feed_collection(feed.collection),
+                # only what the page shows, and what the item policy reads
+                feed.policy.projection(feed.default_fields + params.opt_fields),
+                offset=params.offset,
+                mode=params.mode,
+                descending=params.descending,
+                limit=params.limit,
+                filters=filters,
+                order=feed.order,
+            )
+
+        started = time.monotonic()
+        rows = read()
+        if params.longpoll and params.timeout > 0 and not rows:
+            rows = long_poll(request, feed, params, read, rows, started)
         body = render_page(request, feed, params, rows, store.feed_order(feed.order))
         request.environ[ITEMS_KEY] = len(body["data"])
         return body
 
     return view
+
+
+def long_poll(
+    request: Request,
+    feed: FeedDefinition,
+    params: FeedParams,
+    read: Callable[[], list[dict[str, Any]]],
+    rows: list[dict[str, Any]],
+    started: float,
+) -> list[dict[str, Any]]:
+    """Wait (SPEC E) for the rows after an empty page, through the process's
+    notifier; over the cap (or without a notifier) answer at once with
+    ``Retry-After: 1``. A page of only hidden rows (they move the offset
+    on) is not empty: it is answered at once, like one with items."""
+    notifier = getattr(request.registry, "feed_longpoll", None)
+    if notifier is None:
+        request.response.headers["Retry-After"] = "1"
+        return rows
+    found, outcome = notifier.wait(feed.name, feed.collection, feed.order, params.offset, params.timeout, read, started)
+    if outcome == OVER_CAP:
+        request.response.headers["Retry-After"] = "1"
+    return found or rows
 
 
 def add_feed(

@@ -103,6 +103,10 @@ def test_the_metrics_path_serves_the_named_metrics(app: Any) -> None:
         "openprocurement_feed_page_seconds": "histogram",
         "openprocurement_feed_commit_lag_seconds": "histogram",
         "openprocurement_feed_checkpoint_age_seconds": "gauge",
+        "openprocurement_feed_longpoll_waiters": "gauge",
+        "openprocurement_feed_longpoll_wakeups": "counter",
+        "openprocurement_feed_longpoll_timeouts": "counter",
+        "openprocurement_feed_longpoll_over_cap": "counter",
     }
     assert "openprocurement_feed_pages_total{" in response.text
 

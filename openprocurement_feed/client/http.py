@@ -15,6 +15,7 @@ retries what is worth retrying:
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import logging
 import time
@@ -35,6 +36,11 @@ T = TypeVar("T")
 
 #: Query parameters the client sets itself; taken out of the feed URL.
 MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields")
+#: The parameters of a long-poll request: they replace the URL's own.
+LONGPOLL_PARAMS = ("feed", "timeout")
+#: Seconds a long-poll answer may take beyond its ``timeout`` before the
+#: client's read timeout gives up on it.
+LONGPOLL_READ_MARGIN = 10.0
 #: The page size asked for when the caller does not choose one.
 DEFAULT_LIMIT = 100
 
@@ -99,6 +105,11 @@ class Page:
     prev_offset: str | None
     limit: int | None
     started_at: float
+    #: the server echoed ``feed=longpoll`` in ``next_page``: it long-polls
+    longpoll: bool = False
+    #: the ``Retry-After`` of the answer, in seconds (a long-poll over the
+    #: server's cap), or None
+    retry_after: float | None = None
 
 
 class TransientError(Exception):
@@ -179,6 +190,17 @@ def _echoed_limit(link: Any) -> int | None:
     return None
 
 
+def _echoes_longpoll(link: Any) -> bool:
+    """True when a page link carries ``feed=longpoll``."""
+    if not isinstance(link, dict):
+        return False
+    for key in ("path", "uri"):
+        target = link.get(key)
+        if isinstance(target, str) and "?" in target:
+            return dict(parse_qsl(target.split("?", 1)[1])).get("feed") == "longpoll"
+    return False
+
+
 def read_page(body: Any, url: str, started_at: float) -> Page:
     """A :class:`Page` from a decoded feed response; :class:`FeedError` when
     the body is not a feed page."""
@@ -200,6 +222,7 @@ def read_page(body: Any, url: str, started_at: float) -> Page:
         prev_offset=prev_offset,
         limit=_echoed_limit(next_page),
         started_at=started_at,
+        longpoll=_echoes_longpoll(next_page),
     )
 
 
@@ -242,6 +265,9 @@ class FeedHTTP:
     :param sleep: how to wait between attempts (may raise to abort).
     :param clock: a monotonic clock in seconds.
     :param on_retry: called with a :class:`RetryEvent` before each wait.
+    :param longpoll: seconds a forward request asks the server to wait for
+        changes (``feed=longpoll&timeout=...``, SPEC E); 0 asks for none.
+        A server that does not long-poll ignores the parameters.
     """
 
     def __init__(
@@ -257,9 +283,13 @@ class FeedHTTP:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         on_retry: Callable[[RetryEvent], None] | None = None,
+        longpoll: float = 0.0,
     ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        if longpoll < 0:
+            raise ValueError(f"longpoll must be >= 0, got {longpoll}")
+        self.longpoll = longpoll
         self.identity, self._extra = split_feed_url(url, mode, opt_fields)
         self.limit = limit
         self.timeout = timeout
@@ -289,9 +319,11 @@ class FeedHTTP:
                     pool.close()
         self.session.close()
 
-    def request_url(self, offset: str | None, descending: bool = False) -> str:
-        """The URL of the page at ``offset`` (None or ``""``: the first page)."""
-        params = list(self._extra)
+    def request_url(self, offset: str | None, descending: bool = False, wait: bool = True) -> str:
+        """The URL of the page at ``offset`` (None or ``""``: the first page);
+        a forward one long-polls when ``longpoll`` is set and ``wait``."""
+        waits = bool(self.longpoll and wait and not descending)
+        params = [(key, value) for key, value in self._extra if not (waits and key in LONGPOLL_PARAMS)]
         params.append(("limit", str(self.limit)))
         if self.identity.mode:
             params.append(("mode", self.identity.mode))
@@ -299,21 +331,26 @@ class FeedHTTP:
             params.append(("opt_fields", ",".join(self.identity.opt_fields)))
         if descending:
             params.append(("descending", "1"))
+        elif waits:
+            params.append(("feed", "longpoll"))
+            params.append(("timeout", f"{self.longpoll:g}"))
         if offset:
             params.append(("offset", offset))
         parts = urlsplit(self.identity.url)
         return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(params), ""))
 
-    def fetch(self, offset: str | None, descending: bool = False) -> Page:
-        """The page at ``offset``, retried by the policy.
+    def fetch(self, offset: str | None, descending: bool = False, wait: bool = True) -> Page:
+        """The page at ``offset``, retried by the policy (``wait``: a forward
+        request may long-poll, see ``longpoll``).
 
         :raises OffsetRejected: 404 for a request with an offset.
         :raises FeedUnavailable: the retry policy gave up.
         :raises FeedError: any other answer the client cannot follow.
         """
-        url = self.request_url(offset, descending)
+        url = self.request_url(offset, descending, wait)
         started = self.clock()
-        return self.retrying(url, lambda: self._get_once(url, offset or "", started), started)
+        waits = wait and not descending
+        return self.retrying(url, lambda: self._get_once(url, offset or "", started, not waits), started)
 
     def retrying(self, url: str, attempt: Callable[[], T], started: float | None = None) -> T:
         """Call ``attempt`` (one request to ``url``) until it returns, under
@@ -337,8 +374,16 @@ class FeedHTTP:
 
     # -- one attempt -----------------------------------------------------
 
-    def _get_once(self, url: str, offset: str, started: float) -> Page:
-        response = send_get(self.session, url, self.timeout)
+    def request_timeout(self, no_wait: bool = False) -> float | tuple[float, float]:
+        """The HTTP timeouts of a request: a long-poll's read timeout covers
+        its wait plus :data:`LONGPOLL_READ_MARGIN`."""
+        if no_wait or not self.longpoll:
+            return self.timeout
+        connect, read = self.timeout if isinstance(self.timeout, tuple) else (self.timeout, self.timeout)
+        return (connect, max(read, self.longpoll + LONGPOLL_READ_MARGIN))
+
+    def _get_once(self, url: str, offset: str, started: float, no_wait: bool = False) -> Page:
+        response = send_get(self.session, url, self.request_timeout(no_wait))
         with response:  # closed even when an exception keeps this frame alive
             return self._read(response, url, offset, started)
 
@@ -351,7 +396,11 @@ class FeedHTTP:
                 raise FeedError(
                     f"{url} did not return JSON (Content-Type: {response.headers.get('Content-Type', 'none')})"
                 ) from None
-            return read_page(body, url, started)
+            page = read_page(body, url, started)
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            if retry_after is not None:
+                page = dataclasses.replace(page, retry_after=retry_after)
+            return page
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         if status == 429 or status == 408 or status >= 500:
             raise TransientError(f"HTTP {status}", retry_after)

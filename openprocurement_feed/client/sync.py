@@ -39,6 +39,11 @@ from .state import FeedIdentity, StateFile, SyncState
 log = logging.getLogger(__name__)
 
 FORWARD = "forward"
+#: Seconds ``FeedSync(longpoll=...)`` asks a caught-up request to wait.
+DEFAULT_LONGPOLL = 25.0
+#: An empty long-poll answer quicker than this did not wait (a server
+#: shutting down): the client pauses ``poll_interval`` before asking again.
+MIN_LONGPOLL_WAIT = 0.05
 BACKWARD = "backward"
 
 
@@ -127,6 +132,11 @@ class FeedSync:
     :param opt_fields: extra fields to ask for; None takes them from the URL.
     :param limit: page size to ask for.
     :param poll_interval: seconds between forward polls once caught up.
+    :param longpoll: seconds a caught-up forward request asks the server to
+        wait for the next change (``feed=longpoll``, SPEC E; default 25, 0:
+        never). A server that long-polls (its ``next_page`` echoes
+        ``feed=longpoll``) is asked again at once after an empty answer;
+        one that does not is polled every ``poll_interval``.
     :param dedup_size: how many item versions to remember for filtering
         duplicates.
     :param retry: the :class:`~.http.RetryPolicy` for each request.
@@ -162,6 +172,7 @@ class FeedSync:
         opt_fields: Iterable[str] | None = None,
         limit: int = DEFAULT_LIMIT,
         poll_interval: float = 1.0,
+        longpoll: float = DEFAULT_LONGPOLL,
         dedup_size: int = 100_000,
         retry: RetryPolicy = RetryPolicy(),
         timeout: float | tuple[float, float] = (10.0, 60.0),
@@ -196,6 +207,7 @@ class FeedSync:
             sleep=self._sleep,
             clock=clock,
             on_retry=self._retried,
+            longpoll=longpoll,
         )
         if state is None or isinstance(state, StateFile):
             self.state_file = state
@@ -321,8 +333,20 @@ class FeedSync:
         self._progress()
         if not follow:
             return False
-        self._sleep(self.poll_interval)
+        self._sleep(self.pause_after(page))
         return True
+
+    def pause_after(self, page: Page) -> float:
+        """Seconds to wait after the empty forward ``page`` before asking
+        again: none after a long-poll that waited, the server's
+        ``Retry-After`` when it gave one (over its cap of waiters), else the
+        poll interval (a server that answered at once: it does not long-poll,
+        or it is shutting down)."""
+        if page.retry_after is not None:
+            return page.retry_after
+        if page.longpoll and self.clock() - page.started_at >= MIN_LONGPOLL_WAIT:
+            return 0.0
+        return self.poll_interval
 
     def _first_page(self) -> None:
         page = self._fetch(None, descending=True)
@@ -371,10 +395,32 @@ class FeedSync:
         if ahead is not None and ahead[0] == (offset or ""):
             page = ahead[1].result()
         else:
-            page = self.http.fetch(offset, descending=descending)
+            # long-poll only once the history is done: until then an empty
+            # forward page must not hold up the backward crawl
+            wait = self.state.backward_done and not descending and self.http.longpoll > 0
+            page = self._wait_for(offset) if wait else self.http.fetch(offset, descending=descending, wait=False)
         if offset:
             self._rejections_in_row = 0
         return page
+
+    def _wait_for(self, offset: str | None) -> Page:
+        """A long-poll request, in a helper thread so that :meth:`stop` ends
+        the wait at once (the request itself is abandoned: it ends at the
+        server's answer or its timeout)."""
+        future: Future[Page] = Future()
+
+        def request() -> None:
+            try:
+                future.set_result(self.http.fetch(offset, False, True))
+            except BaseException as error:  # handed to the waiting thread
+                future.set_exception(error)
+
+        # a daemon thread, not an executor's: exiting never waits for it
+        threading.Thread(target=request, name="feed-longpoll", daemon=True).start()
+        while not future.done():
+            if self._stopping.wait(0.05):
+                raise SyncStopped("stopped while waiting for changes")
+        return future.result()
 
     def _prefetch(self, page: Page, direction: str) -> None:
         """Request the page after ``page`` in the background (object fetching
@@ -386,7 +432,7 @@ class FeedSync:
         if not descending and len(page.items) < (page.limit or self.http.limit):
             return
         offset = page.next_offset
-        future = self._prefetcher.submit(self.http.fetch, offset, descending)
+        future = self._prefetcher.submit(self.http.fetch, offset, descending, False)
         self._prefetched[descending] = (offset, future)
 
     def _handle(self, page: Page, direction: str) -> None:

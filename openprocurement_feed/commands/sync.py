@@ -72,7 +72,16 @@ FLAGS = (
         type=positive_float,
         default=1.0,
         metavar="SECONDS",
-        help="seconds between polls once caught up (default: %(default)s)",
+        help="seconds between polls once caught up, when the server does not long-poll (default: %(default)s)",
+    ),
+    Flag(
+        "--longpoll",
+        type=non_negative_float,
+        default=25.0,
+        metavar="SECONDS",
+        help="once caught up, ask the server to hold each request up to SECONDS until a change arrives "
+        "(feed=longpoll; a server that does not support it is polled every --poll); 0 to always poll "
+        "(default: %(default)s)",
     ),
     Flag(
         "--give-up-after",
@@ -233,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
                 opt_fields=args.opt_fields or (),
                 limit=args.limit,
                 poll_interval=args.poll,
+                longpoll=args.longpoll if args.follow else 0.0,
                 dedup_size=args.dedup_size,
                 retry=retry,
                 timeout=(10.0, args.timeout),

@@ -89,6 +89,8 @@ class DemoServer:
     ) -> None:
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
+        # the default cap on long-poll waiters is half the server's threads
+        self.registry.feed_server_threads = threads
         try:
             self.http = ThreadedServer(
                 self.app,
@@ -130,8 +132,12 @@ class DemoServer:
         return self
 
     def close(self) -> None:
-        """Stop serving (:meth:`ThreadedServer.close`), then close the store
-        and stop an embedded database."""
+        """Answer the long-poll waiters, stop serving
+        (:meth:`ThreadedServer.close`), then close the store and stop an
+        embedded database."""
+        notifier = getattr(self.registry, "feed_longpoll", None)
+        if notifier is not None:
+            notifier.stop()  # waiting requests hold worker threads: answer them first
         self.http.close()
         self._close_app()
 

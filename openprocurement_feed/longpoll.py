@@ -1,0 +1,434 @@
+"""Long-poll feeds (SPEC E): ``feed=longpoll`` requests wait for the next change.
+
+A forward request whose page comes out empty becomes a *waiter*: it blocks on
+its own :class:`threading.Event` and sends no database query while it waits.
+One :class:`LongPollNotifier` per process (``registry.feed_longpoll``) follows
+what the feeds' upper bounds depend on, and only while at least one waiter
+waits:
+
+* commit order: the sequencer's checkpoint in the positions collection's
+  state document (:data:`~.orders.STATE_ID`), one ``find_one`` by ``_id`` per
+  followed collection per tick. The sequencer moves the checkpoint only when
+  events arrive, so a moved checkpoint means a write committed;
+* watermark order: the newest ``public_modified`` of the collection and the
+  database's ``$$NOW``, one indexed aggregate (sort descending, limit 1) per
+  followed collection per tick; a new stamp becomes visible at stamp + ``W``
+  by the database clock, and the waiters are woken then.
+
+The notifier wakes the waiters of a collection whose offset the new bound
+passes (waiters without a comparable offset are always woken). A woken waiter
+reads its page once; if it is still empty (the change was outside its scope
+or ``mode``, or a draft) it waits for the rest of its timeout.
+
+At most ``feed.longpoll_max_waiters`` requests wait per process; a request
+over the cap is answered at once with ``Retry-After: 1``. :meth:`stop`
+(called by :func:`openprocurement_feed.shutdown`) answers every waiter at
+once. A waiter whose client went away is released at its timeout at the
+latest: WSGI gives an application no portable way to learn of a closed
+connection while it waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson.timestamp import Timestamp
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+
+from .offset import Offset
+from .orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
+from .settings import DEFAULT_MAX_WAITERS
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two reads of a commit feed's checkpoint while anyone
+#: waits (the commit order's own delay is a few tens of milliseconds).
+DEFAULT_INTERVAL = 0.05
+#: Seconds between two reads of a watermark feed's newest stamp: a stamp is
+#: seen within this and woken at stamp + ``W``, so the delay stays within
+#: ``W`` + this while the read costs a quarter of the commit rate.
+WATERMARK_INTERVAL = 0.2
+#: Seconds after stamp + ``W`` a watermark waiter is woken: the page's own
+#: ``$$NOW - W`` (millisecond resolution) must already include the stamp.
+WAKE_MARGIN = 0.003
+#: Watermark stamps waiting to become visible, at most, per collection (an
+#: older one dropped is covered by a newer one, woken a little later).
+MAX_PENDING = 64
+#: The outcomes of a long-poll request, as counted in the stats.
+WOKEN, TIMEOUT, OVER_CAP, SHUTDOWN = "woken", "timeout", "over_cap", "shutdown"
+
+#: What a waiter compares with the bound: a position, a stamp, or None
+#: (no comparable offset: woken by every change of its collection).
+Key = Timestamp | float | None
+Rows = list[dict[str, Any]]
+
+
+@dataclass
+class FeedCounters:
+    """One feed's long-poll figures in this process (the health view's)."""
+
+    waiting: int = 0
+    wakeups: int = 0
+    timeouts: int = 0
+    over_cap: int = 0
+    answered: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The figures as the health view shows them."""
+        return {
+            "waiting": self.waiting,
+            "wakeups": self.wakeups,
+            "timeouts": self.timeouts,
+            "over_cap": self.over_cap,
+            "answered": self.answered,
+        }
+
+
+class Waiter:
+    """One waiting request: its offset key and the event that wakes it."""
+
+    __slots__ = ("event", "key")
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.event = threading.Event()
+
+
+@dataclass
+class Watch:
+    """What the notifier follows for one collection in one order."""
+
+    order: str
+    collection: str
+    waiters: set[Waiter] = field(default_factory=set)
+    #: the bound last seen: a checkpoint, or the newest visible stamp
+    head: Key = None
+    #: ``time.monotonic()`` when ``head`` last moved (0: never)
+    changed_at: float = 0.0
+    #: watermark order: the newest stamp seen, and ``(due, stamp)`` pairs
+    #: waiting to become visible (``due`` on the monotonic clock)
+    newest: float | None = None
+    pending: list[tuple[float, float]] = field(default_factory=list)
+    #: ``time.monotonic()`` of the next read of the bound
+    next_read: float = 0.0
+
+
+def passes(bound: Key, key: Key) -> bool:
+    """True when the bound ``bound`` is after a waiter's offset ``key``."""
+    if bound is None:
+        return False
+    if key is None:
+        return True
+    if isinstance(bound, Timestamp) != isinstance(key, Timestamp):
+        return True
+    return bool(bound > key)
+
+
+def waiter_key(order: str, offset: Offset | None) -> Key:
+    """The key a waiter at ``offset`` compares with its feed's bound."""
+    if offset is None:
+        return None
+    if order == COMMIT:
+        return offset.value if offset.is_position else None
+    if offset.field == PUBLIC_MODIFIED and not offset.is_position:
+        return float(offset.value)  # type: ignore[arg-type]
+    return None
+
+
+class LongPollNotifier:
+    """The waiters of one process and the thread that wakes them.
+
+    :param store: the feed store (its ``db`` and ``feed_collection``).
+    :param watermark_seconds: ``W`` of the watermark feeds.
+    :param max_waiters: the cap, or a callable giving it (resolved when a
+        request would wait: the server's thread count may be learnt late).
+    :param interval: seconds between two reads of a commit feed's
+        checkpoint while anyone waits on it.
+    :param watermark_interval: the same for a watermark feed's newest stamp.
+    :param metrics: the app's :class:`~.metrics.FeedMetrics`, or None.
+
+    The thread starts with the first waiter and sleeps, with no query,
+    whenever nobody waits.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        watermark_seconds: float,
+        max_waiters: int | Callable[[], int] = DEFAULT_MAX_WAITERS,
+        interval: float = DEFAULT_INTERVAL,
+        metrics: Any = None,
+        watermark_interval: float = WATERMARK_INTERVAL,
+    ) -> None:
+        self.store = store
+        self.watermark_seconds = watermark_seconds
+        self._max_waiters = max_waiters
+        self.interval = interval
+        self.watermark_interval = watermark_interval
+        self.metrics = metrics
+        self._cond = threading.Condition()
+        self._watches: dict[tuple[str, str], Watch] = {}
+        self._counters: dict[str, FeedCounters] = {}
+        self._waiting = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        #: reads of the bounds made so far (tests and benchmarks look)
+        self.polls = 0
+
+    # -- figures -----------------------------------------------------------
+
+    @property
+    def max_waiters(self) -> int:
+        """The cap on waiters in this process."""
+        cap = self._max_waiters
+        return cap() if callable(cap) else cap
+
+    @property
+    def waiting(self) -> int:
+        """The requests waiting now."""
+        return self._waiting
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stopping
+
+    def counters(self, feed: str) -> FeedCounters:
+        """The figures of ``feed`` (zeros for a feed that never long-polled)."""
+        with self._cond:
+            return self._counters.setdefault(feed, FeedCounters())
+
+    def report(self) -> dict[str, dict[str, int]]:
+        """Every long-polled feed's figures."""
+        with self._cond:
+            return {name: counters.as_dict() for name, counters in self._counters.items()}
+
+    # -- waiting -----------------------------------------------------------
+
+    def wait(
+        self,
+        feed: str,
+        collection: str,
+        order: str,
+        offset: Offset | None,
+        timeout: float,
+        read: Callable[[], Rows],
+        read_started: float,
+    ) -> tuple[Rows, str]:
+        """Wait up to ``timeout`` seconds for ``read()`` to return rows.
+
+        The caller read an empty page, which it began at ``read_started``
+        (``time.monotonic()``). Returns the rows to answer (possibly empty)
+        and the outcome: :data:`WOKEN`, :data:`TIMEOUT`, :data:`OVER_CAP`
+        (answer at once with ``Retry-After``) or :data:`SHUTDOWN`.
+        """
+        deadline = time.monotonic() + timeout
+        waiter = Waiter(waiter_key(order, offset))
+        with self._cond:
+            counters = self._counters.setdefault(feed, FeedCounters())
+            if self._stopping:
+                counters.answered += 1
+                return [], SHUTDOWN
+            if self._waiting >= self.max_waiters:
+                counters.over_cap += 1
+                counters.answered += 1
+                self._count(feed, OVER_CAP)
+                return [], OVER_CAP
+            watch = self._watches.get((order, collection))
+            if watch is None:
+                watch = self._watches[(order, collection)] = Watch(order, collection)
+            watch.waiters.add(waiter)
+            self._waiting += 1
+            counters.waiting += 1
+            if watch.changed_at >= read_started and passes(watch.head, waiter.key):
+                waiter.event.set()  # the bound moved while the page was read
+            self._ensure_thread()
+            self._cond.notify_all()
+        self._gauge(feed, 1)
+        rows: Rows = []
+        outcome = TIMEOUT
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not waiter.event.wait(remaining):
+                    break
+                if self.stopping:  # the property: stop() runs in another thread
+                    outcome = SHUTDOWN
+                    break
+                waiter.event.clear()
+                with self._cond:
+                    counters.wakeups += 1
+                self._count(feed, "wakeup")
+                rows = read()
+                if rows:
+                    outcome = WOKEN
+                    break
+        finally:
+            with self._cond:
+                watch.waiters.discard(waiter)
+                self._waiting -= 1
+                counters.waiting -= 1
+                counters.answered += 1
+                if outcome == TIMEOUT:
+                    counters.timeouts += 1
+            self._gauge(feed, -1)
+        if outcome == TIMEOUT:
+            self._count(feed, TIMEOUT)
+        return rows, outcome
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Answer every waiter at once and end the thread (within ``timeout``)."""
+        with self._cond:
+            self._stopping = True
+            for watch in self._watches.values():
+                for waiter in watch.waiters:
+                    waiter.event.set()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    # -- the notifier thread -----------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        """Start the thread with the first waiter (under ``_cond``)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="feed-longpoll", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._waiting:
+                    self._cond.wait()  # nobody waits: no query at all
+                if self._stopping:
+                    return
+                now = time.monotonic()
+                watches = [watch for watch in self._watches.values() if watch.waiters and watch.next_read <= now]
+            for watch in watches:
+                watch.next_read = now + (self.interval if watch.order == COMMIT else self.watermark_interval)
+                try:
+                    self._poll(watch)
+                except PyMongoError as error:
+                    log.warning("Long-poll notifier: reading the bound of %r failed: %s", watch.collection, error)
+                except Exception:  # a bug must not leave every waiter to its timeout silently
+                    log.exception("Long-poll notifier: reading the bound of %r failed", watch.collection)
+            self.polls += 1
+            pause = self._fire_due()
+            with self._cond:
+                if not self._stopping:
+                    self._cond.wait(pause)
+
+    def _poll(self, watch: Watch) -> None:
+        """Read one collection's bound once."""
+        if watch.order == COMMIT:
+            positions = self.store.db.get_collection(
+                positions_name(watch.collection), read_concern=ReadConcern("majority")
+            )
+            state = positions.find_one({"_id": STATE_ID}, {"checkpoint": 1})
+            checkpoint = (state or {}).get("checkpoint")
+            if isinstance(checkpoint, Timestamp) and (watch.head is None or checkpoint > watch.head):
+                self._advance(watch, checkpoint)
+            return
+        asked = time.monotonic()
+        found = list(
+            self.store.feed_collection(watch.collection).aggregate(
+                [
+                    {"$match": {"is_public": True}},
+                    {"$sort": {PUBLIC_MODIFIED: -1}},
+                    {"$limit": 1},
+                    {"$project": {"_id": 0, "stamp": f"${PUBLIC_MODIFIED}", "now": now_seconds()}},
+                ]
+            )
+        )
+        answered = time.monotonic()
+        if not found or not isinstance(found[0].get("stamp"), (int, float)):
+            return
+        stamp, now = float(found[0]["stamp"]), float(found[0]["now"])
+        if watch.newest is not None and stamp <= watch.newest:
+            return
+        watch.newest = stamp
+        # the database clock read "now" about halfway through the round trip
+        due = (asked + answered) / 2 + (stamp + self.watermark_seconds - now) + WAKE_MARGIN
+        with self._cond:
+            watch.pending.append((due, stamp))
+            del watch.pending[:-MAX_PENDING]
+
+    def _fire_due(self) -> float:
+        """Make the watermark stamps whose time has come visible; the pause
+        until the next tick (sooner when a stamp is due before it)."""
+        pause = self.interval
+        now = time.monotonic()
+        with self._cond:
+            watches = list(self._watches.values())
+        for watch in watches:
+            if watch.waiters:
+                pause = min(pause, max(0.0, watch.next_read - now))
+            with self._cond:
+                due = [stamp for at, stamp in watch.pending if at <= now]
+                watch.pending = [(at, stamp) for at, stamp in watch.pending if at > now]
+                upcoming = min((at for at, _ in watch.pending), default=None)
+            if due:
+                self._advance(watch, max(due))
+            if upcoming is not None:
+                pause = min(pause, max(0.0, upcoming - now))
+        return pause
+
+    def _advance(self, watch: Watch, bound: Timestamp | float) -> None:
+        """The bound of ``watch`` moved to ``bound``: wake the waiters it passes."""
+        with self._cond:
+            if watch.head is not None and not passes(bound, watch.head):
+                return
+            watch.head = bound
+            watch.changed_at = time.monotonic()
+            for waiter in watch.waiters:
+                if passes(bound, waiter.key):
+                    waiter.event.set()
+
+    # -- metrics -----------------------------------------------------------
+
+    def _gauge(self, feed: str, delta: int) -> None:
+        if self.metrics is not None:
+            self.metrics.longpoll_waiting(feed, delta)
+
+    def _count(self, feed: str, what: str) -> None:
+        if self.metrics is not None:
+            self.metrics.longpoll_event(feed, what)
+
+
+def default_max_waiters(threads: int | None) -> int:
+    """Half the server's threads when known (at least 1), else
+    :data:`~.settings.DEFAULT_MAX_WAITERS`."""
+    if threads:
+        return max(1, threads // 2)
+    return DEFAULT_MAX_WAITERS
+
+
+def include_longpoll(registry: Any) -> LongPollNotifier:
+    """Create ``registry.feed_longpoll`` (its thread starts with the first waiter).
+
+    Without ``feed.longpoll_max_waiters``, the cap is half of
+    ``registry.feed_server_threads`` when the server set it (the demo
+    server does), else :data:`~.settings.DEFAULT_MAX_WAITERS`.
+    """
+    settings = registry.feed_settings
+
+    def cap() -> int:
+        if settings.longpoll_max_waiters is not None:
+            return int(settings.longpoll_max_waiters)
+        return default_max_waiters(getattr(registry, "feed_server_threads", None))
+
+    notifier = LongPollNotifier(
+        registry.feed_store,
+        settings.watermark_seconds,
+        max_waiters=cap,
+        metrics=getattr(registry, "feed_metrics", None),
+    )
+    registry.feed_longpoll = notifier
+    return notifier
