@@ -19,7 +19,16 @@ from webtest import TestApp
 
 from openprocurement_feed import commit_listings, shutdown
 from openprocurement_feed.database import FeedStore
-from openprocurement_feed.listing import LISTING_KEY, STATE_LISTING, STATE_TARGET, covers, merge, missing, normalize, take
+from openprocurement_feed.listing import (
+    LISTING_KEY,
+    STATE_LISTING,
+    STATE_TARGET,
+    covers,
+    merge,
+    missing,
+    normalize,
+    take,
+)
 from openprocurement_feed.orders import STATE_ID, positions_name
 
 FEED = "/api/2.5/tenders"
@@ -152,7 +161,13 @@ def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) ->
             "public_modified": doc["public_modified"],
             "title": "v0",
         }, "what the feeds may show and the rule reads, nothing else (no budget)"
-        assert state_of(store)[STATE_LISTING] == ["config.restricted", "dateModified", "owner", "public_modified", "title"]
+        assert state_of(store)[STATE_LISTING] == [
+            "config.restricted",
+            "dateModified",
+            "owner",
+            "public_modified",
+            "title",
+        ]
         store.collection("tenders").delete_one({"_id": doc["_id"]})
         wait_sequenced(store.db)
         tombstone = store.db[positions_name("tenders")].find_one({"_id": doc["_id"]})
