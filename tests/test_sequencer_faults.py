@@ -71,4 +71,3 @@ def test_event_keys_and_batches() -> None:
     assert _hashable({"x": [1]}) == "{'x': [1]}"  # an unhashable _id still keys a dict
     assert list(_chunks(({"n": n} for n in range(5)), 2)) == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 3}], [{"n": 4}]]
     assert list(_chunks([], 3)) == []
-
