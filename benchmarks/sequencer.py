@@ -685,14 +685,51 @@ def page_cost_report(rows: Sequence[PageCostRow], docs: int, repeat: int) -> str
         f"{repeat} interleaved runs):\n{body}\n"
         "ratio = commit / watermark; CPU = this process only (the server excluded).\n\n"
         "Where the time goes: median round trip of each query of those pages (command "
-        "monitoring). A commit page reads the checkpoint, pages the positions and reads its "
-        "documents by _id, in one causally consistent session; a watermark page is one "
-        "query:\n"
+        "monitoring). A commit page reads the checkpoint and pages the positions, whose "
+        "entries carry the listing, in one causally consistent session (documents by _id "
+        "only while a changed listing is re-materialized); a watermark page is one query:\n"
         f"{queries}\n"
         "These are the embedded server's timings (it sorts in memory and scans more than "
         "MongoDB would), not MongoDB's: judge a production deployment with "
         "'openprocurement-feed explain --order commit'."
     )
+
+
+def measure_rematerialize(database: EmbeddedServer, docs: int) -> str:
+    """A field added to a commit-ordered feed of ``docs`` tenders: the
+    sequencer's re-materialization of the entries (wall time and the
+    database's CPU)."""
+    db_name = "bench_sequencer_listing"
+    client: MongoClient = MongoClient(database.uri, tz_aware=True)
+    store = FeedStore(client, db_name)
+    try:
+        status(f"sequencer: seeding {docs} tenders for the listing change")
+        seed_tenders(store.collection(COLLECTION), docs)
+        before = ("dateModified", "public_modified")
+        sequencer = Sequencer(store.db, {COLLECTION: ()}, listings={COLLECTION: before}).start()
+        if not sequencer.wait_ready(timeout=120):
+            raise RuntimeError(f"the sequencer did not backfill: {sequencer.errors}")
+        sequencer.stop()
+        follower = CollectionSequencer(
+            store.db[COLLECTION], listing=(*before, "status", "title"), lag_window_seconds=60.0
+        )
+        cpu = database.cpu_seconds()
+        started = time.perf_counter()
+        follower.check_listing(follower.load_state())  # as a sequencer's start with the new feeds
+        assert follower.rematerializer is not None
+        follower.rematerializer.join()
+        wall = time.perf_counter() - started
+        done = "listing_target" not in follower.load_state()
+        used = (database.cpu_seconds() or 0.0) - (cpu or 0.0)
+        count = follower.stats.rematerialized
+        return (
+            f"Changing a feed's fields: 2 fields added to a commit-ordered feed of {docs} tenders "
+            f"({count} public entries): re-materialized in {wall:.1f} s, {used:.1f} s of the "
+            f"database's CPU ({used * 1000 / max(count, 1):.2f} ms per entry){'' if done else ' (superseded)'}."
+        )
+    finally:
+        client.drop_database(db_name)
+        store.close()
 
 
 def run(
@@ -706,3 +743,4 @@ def run(
         print(delay_report(delays, seconds, rate), end="\n\n", flush=True)
         pages = measure_page_cost(database, docs, repeat)
         print(page_cost_report(pages, docs, repeat), flush=True)
+        print("\n" + measure_rematerialize(database, docs), flush=True)
