@@ -34,7 +34,7 @@ from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
-from openprocurement_feed import shutdown
+from openprocurement_feed import commit_listings, shutdown
 from openprocurement_feed.database import ConflictError, FeedStore
 from openprocurement_feed.demo import main
 from openprocurement_feed.demo.load import WORDS, sample_tender
@@ -568,10 +568,11 @@ class PageCostRow:
     queries_ms: dict[str, float | None] = field(default_factory=dict)
 
 
-def backfill_positions(store: FeedStore) -> None:
-    """Give every seeded tender its position (a sequencer's backfill) and
-    publish the checkpoint; the sequencer is stopped again."""
-    sequencer = Sequencer(store.db, {COLLECTION: ()}).start()
+def backfill_positions(store: FeedStore, listing: Sequence[str] = ()) -> None:
+    """Give every seeded tender its position (a sequencer's backfill) with
+    ``listing`` in its entry, and publish the checkpoint; the sequencer is
+    stopped again."""
+    sequencer = Sequencer(store.db, {COLLECTION: ()}, listings={COLLECTION: listing}).start()
     try:
         if not sequencer.wait_ready(timeout=60):
             raise RuntimeError(f"the sequencer did not backfill: {sequencer.errors}")
@@ -638,12 +639,12 @@ def measure_page_cost(
     store = FeedStore(client, db_name)
     status(f"sequencer: seeding {docs} tenders and their positions for the page cost")
     seed_tenders(store.collection(COLLECTION), docs)
-    backfill_positions(store)
     listener = QueryTimes()
     apps = {
         "commit": monitored_app(dict(common, **{"feed.order": "commit"}), listener),
         "watermark": monitored_app(common, listener),
     }
+    backfill_positions(store, commit_listings(apps["commit"].app.registry)[COLLECTION])
     try:
         return [time_pages(apps, limit, repeat, listener) for limit in limits]
     finally:
