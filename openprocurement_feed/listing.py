@@ -2,11 +2,17 @@
 
 A positions entry (SPEC D.2) is the feed's materialized view of one
 document, as CouchDB's by-sequence index carries its emitted values: besides
-its position and filter fields, it holds, under :data:`LISTING_KEY`, every
-field any feed of its collection may show (default fields, allowed
-``opt_fields``) and the fields the feeds' restricted rule reads, copied from
-the version of the document the entry was taken from. A commit page is then
-rendered from the entries alone.
+its position and filter fields, it holds every field any feed of its
+collection may show (default fields, allowed ``opt_fields``) and the fields
+the feeds' restricted rule reads, under their own names, copied from the
+version of the document the entry was taken from. A commit page is then
+rendered from the entries alone: an entry, projected, *is* the page's row
+(no second dict per row, no nested document to decode).
+
+The entry's own fields (:data:`ENTRY_FIELDS`) cannot be listed: a feed in
+commit order that allows a document field of such a name is a configuration
+error. ``is_public``, ``is_test``, ``public_modified`` and scope fields are
+the document's own values in both.
 
 A listing is a sorted tuple of dotted field paths in which no path lies
 under another (``config`` covers ``config.restricted``): exactly what a
@@ -21,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: The entry field that holds the listing's values.
-LISTING_KEY = "d"
+#: Fields an entry has of its own, never copied from the document.
+ENTRY_FIELDS = frozenset({"_id", "committed_ts", "rev", "deleted"})
 #: The state document's field naming the listing every entry carries.
 STATE_LISTING = "listing"
 #: The state document's field naming the listing a re-materialization is
@@ -34,8 +40,8 @@ ROW_FIELDS = frozenset({"_id", "committed_ts"})
 
 def normalize(paths: Iterable[str]) -> tuple[str, ...]:
     """``paths`` as a listing: sorted, unique, without a path that lies under
-    another one, without ``_id``."""
-    unique = sorted({path for path in paths if path and path not in ROW_FIELDS})
+    another one, without the entry's own fields."""
+    unique = sorted({path for path in paths if path and path.split(".")[0] not in ENTRY_FIELDS})
     kept: list[str] = []
     for path in unique:
         if not any(path.startswith(parent + ".") for parent in kept):
@@ -89,9 +95,3 @@ def merge(target: dict[str, Any], source: Mapping[str, Any]) -> None:
             merge(existing, value)
         else:
             target[key] = value
-
-
-def projection(prefix: str, fields: Iterable[str]) -> dict[str, int]:
-    """A projection of ``fields`` (a listing) under ``prefix`` (``"d."``,
-    ``"fullDocument."`` or ``""``)."""
-    return {prefix + name: 1 for name in normalize(fields)}

@@ -34,7 +34,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 
-from .listing import LISTING_KEY, ROW_FIELDS, STATE_LISTING, merge, missing, normalize
+from .listing import ROW_FIELDS, STATE_LISTING, merge, missing, normalize
 from .offset import Offset, compose_offset, compose_position
 
 WATERMARK = "watermark"
@@ -202,18 +202,11 @@ class CommitReader(PageReader):
     def find(
         self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
     ) -> list[dict[str, Any]]:
-        """The entries as rows: their listing values with ``_id`` and
-        ``committed_ts``."""
+        """The entries, projected on ``committed_ts`` and ``fields``: each
+        is a page row as it is."""
         projection = {COMMITTED_TS: 1}
-        projection.update({LISTING_KEY + "." + name: 1 for name in fields if name not in ROW_FIELDS})
-        rows: list[dict[str, Any]] = []
-        append = rows.append
-        for entry in self._cursor(self.positions, query, projection, sort, limit):
-            row = entry.get(LISTING_KEY) or {}
-            row["_id"] = entry["_id"]
-            row[COMMITTED_TS] = entry[COMMITTED_TS]
-            append(row)
-        return rows
+        projection.update({name: 1 for name in fields if name not in ROW_FIELDS})
+        return self._cursor(self.positions, query, projection, sort, limit)
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
         """Fill the ``fields`` the entries do not carry from the documents

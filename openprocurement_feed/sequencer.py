@@ -6,12 +6,12 @@ keeps one *entry* per document in the positions collection beside it
 (:func:`~.orders.positions_name`)::
 
     {_id, committed_ts, rev, is_public, is_test, public_modified, <scope fields>,
-     d: {<the listing>}}
+     <the listing's fields>}
 
-``committed_ts`` is the change event's ``clusterTime``; ``d`` holds the
-feeds' listing (:mod:`.listing`): every field a feed of the collection may
-show, copied from the version the entry was taken from, so that a page is
-rendered from the entries alone. Entries move
+``committed_ts`` is the change event's ``clusterTime``; the listing
+(:mod:`.listing`) is every field a feed of the collection may show, copied
+from the version the entry was taken from, so that a page is rendered from
+the entries alone. Entries move
 **forward only**: one bulk write per batch, each a pipeline upsert that
 replaces the entry only when the event is newer, so a stale or repeated event
 is a no-op and any number of sequencers can run at once. A deleted document's
@@ -70,7 +70,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from .health import LagWindow, Publisher, event_lag
-from .listing import LISTING_KEY, STATE_LISTING, STATE_TARGET, covers, normalize, take
+from .listing import STATE_LISTING, STATE_TARGET, covers, normalize, take
 from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, positions_name
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class CollectionSequencer:
     :param scope_fields: document fields the collection's feeds filter on,
         copied into each entry.
     :param listing: the document fields the collection's feeds may show
-        (:mod:`.listing`), copied into each entry's ``d``.
+        (:mod:`.listing`), copied into each entry.
     :param batch_size: the most events handled in one bulk write.
     :param max_await_ms: how long one read of the stream waits for events.
     :param batch_seconds: the longest a batch reads on before its entries
@@ -243,18 +243,20 @@ class CollectionSequencer:
 
     def entry(self, doc: Mapping[str, Any], position: Timestamp) -> dict[str, Any]:
         """The positions entry of ``doc`` at ``position``."""
-        entry = {
-            "_id": doc["_id"],
-            COMMITTED_TS: position,
-            "rev": doc.get("_rev"),
-            "is_public": doc.get("is_public") is True,
-            "is_test": doc.get("is_test") is True,
-            PUBLIC_MODIFIED: doc.get(PUBLIC_MODIFIED),
-        }
+        entry = take(doc, self.listing)
+        entry.update(
+            {
+                "_id": doc["_id"],
+                COMMITTED_TS: position,
+                "rev": doc.get("_rev"),
+                "is_public": doc.get("is_public") is True,
+                "is_test": doc.get("is_test") is True,
+                PUBLIC_MODIFIED: doc.get(PUBLIC_MODIFIED),
+            }
+        )
         for name in self.scope_fields:
             if name in doc:
                 entry[name] = doc[name]
-        entry[LISTING_KEY] = take(doc, self.listing)
         return entry
 
     def document_fields(self) -> tuple[str, ...]:
@@ -446,11 +448,13 @@ class CollectionSequencer:
             if self.stopping.is_set():
                 return False
             operations = [
-                UpdateOne({"_id": doc["_id"], "rev": doc.get("_rev")}, {"$set": {LISTING_KEY: take(doc, self.listing)}})
+                UpdateOne({"_id": doc["_id"], "rev": doc.get("_rev")}, {"$set": values})
                 for doc in chunk
+                if (values := take(doc, self.listing))
             ]
-            result = self.positions.bulk_write(operations, ordered=False)
-            self.stats.rematerialized += result.modified_count
+            if operations:
+                result = self.positions.bulk_write(operations, ordered=False)
+                self.stats.rematerialized += result.modified_count
         done = self.positions.update_one(
             {"_id": STATE_ID, STATE_TARGET: list(self.listing)},
             {"$set": {STATE_LISTING: list(self.listing)}, "$unset": {STATE_TARGET: ""}},

@@ -21,6 +21,7 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
+from .listing import ENTRY_FIELDS
 from .longpoll import OVER_CAP
 from .offset import compose_offset
 from .orders import (
@@ -314,6 +315,12 @@ def add_feed(
     order = order or settings.order
     if order not in ORDERS:
         raise ConfigurationError(f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}")
+    own = sorted({name.split(".")[0] for name in (*default_fields, *allowed_fields)} & ENTRY_FIELDS)
+    if order == COMMIT and own:
+        raise ConfigurationError(
+            f"add_feed({name!r}): {', '.join(own)} cannot be listed by a commit-ordered feed: "
+            "positions entries carry fields of that name of their own (_id, committed_ts, rev, deleted)"
+        )
     try:
         policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
     except ConfigurationError as error:

@@ -20,7 +20,6 @@ from webtest import TestApp
 from openprocurement_feed import commit_listings, shutdown
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.listing import (
-    LISTING_KEY,
     STATE_LISTING,
     STATE_TARGET,
     covers,
@@ -108,7 +107,7 @@ def monitored(settings: dict[str, str], mongodb_uri: str) -> Iterator[tuple[Test
 
 
 def test_listing_paths() -> None:
-    assert normalize(["title", "config.restricted", "config", "_id", "title", "a.b.c", "a.b"]) == (
+    assert normalize(["title", "config.restricted", "config", "_id", "rev", "deleted.x", "title", "a.b.c", "a.b"]) == (
         "a.b",
         "config",
         "title",
@@ -145,6 +144,16 @@ def test_a_commit_page_is_two_reads_of_the_positions(monitored: tuple[TestApp, F
     assert listener.commands == [("find", positions), ("find", positions)], "the checkpoint, then the entries"
 
 
+def test_a_commit_feed_cannot_list_an_entry_field(settings: dict[str, str]) -> None:
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=dict(settings, **{"feed.order": "commit"}))
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): deleted, rev cannot be listed"):
+        config.add_feed("tenders", allowed_fields=("rev", "deleted.by", "title"))
+    config.add_feed("tenders", allowed_fields=("rev",), order="watermark")  # the documents' own field: fine
+
+
 def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) -> None:
     app = feed_app(settings, ("title", "config.restricted"), restricted=True)
     store = app.app.registry.feed_store
@@ -155,12 +164,17 @@ def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) ->
         (doc,) = write(store, 1, "v")
         wait_sequenced(store.db)
         entry = store.db[positions_name("tenders")].find_one({"_id": doc["_id"]})
-        assert entry[LISTING_KEY] == {
+        assert {name: entry[name] for name in ("dateModified", "owner", "public_modified", "title")} == {
             "dateModified": doc["dateModified"],
             "owner": "o",
             "public_modified": doc["public_modified"],
             "title": "v0",
-        }, "what the feeds may show and the rule reads, nothing else (no budget)"
+        }
+        assert "budget" not in entry and "status" not in entry, "what the feeds may show and the rule reads"
+        assert set(entry) == {"_id", "committed_ts", "rev", "is_public", "is_test", "dateModified", "owner"} | {
+            "public_modified",
+            "title",
+        }
         assert state_of(store)[STATE_LISTING] == [
             "config.restricted",
             "dateModified",
@@ -171,7 +185,7 @@ def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) ->
         store.collection("tenders").delete_one({"_id": doc["_id"]})
         wait_sequenced(store.db)
         tombstone = store.db[positions_name("tenders")].find_one({"_id": doc["_id"]})
-        assert tombstone["deleted"] is True and LISTING_KEY not in tombstone
+        assert tombstone["deleted"] is True and "title" not in tombstone
         assert app.get(FEED).json["data"] == []
     finally:
         shutdown(app.app.registry)
@@ -188,7 +202,7 @@ def test_pages_fill_the_fields_the_entries_lack_from_the_documents(settings: dic
         app.app.registry.feed_sequencer.stop()
         positions = store.db[positions_name("tenders")]
         positions.update_one({"_id": STATE_ID}, {"$set": {STATE_LISTING: ["dateModified"]}})
-        positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {f"{LISTING_KEY}.title": ""}})
+        positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {"title": ""}})
         body = app.get(FEED + "?opt_fields=title,status").json
         assert [item["title"] for item in body["data"]] == ["f0", "f1", "f2", "f3"]
         assert [item["dateModified"] for item in body["data"]] == [doc["dateModified"] for doc in docs]
@@ -245,7 +259,7 @@ def test_a_field_added_to_a_live_feed_is_rematerialized_and_nothing_is_lost_or_r
         assert {item["id"] for item in seen[-10:]} == {doc["_id"] for doc in more}
         assert all(item.get("status") == "active" for item in seen[30:]), "pages after the change show it"
         for entry in store.db[positions_name("tenders")].find({"_id": {"$ne": STATE_ID}}):
-            assert entry[LISTING_KEY]["status"] == "active"
+            assert entry["status"] == "active"
             if entry["_id"] in positions_before:
                 assert entry["committed_ts"] == positions_before[entry["_id"]], "no position moved"
         everything: list[dict[str, Any]] = []
@@ -270,15 +284,15 @@ def test_positions_of_an_earlier_release_are_upgraded(settings: dict[str, str]) 
         shutdown(first.app.registry)
     db = MongoClient(settings["mongodb.uri"], tz_aware=True)[settings["mongodb.db_name"]]
     positions = db[positions_name("tenders")]
-    positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {LISTING_KEY: ""}})
+    positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {"title": "", "dateModified": ""}})
     positions.update_one({"_id": STATE_ID}, {"$unset": {STATE_LISTING: ""}})
-    assert positions.count_documents({LISTING_KEY: {"$exists": True}}) == 0
+    assert positions.count_documents({"title": {"$exists": True}}) == 0
     second = feed_app(settings, ("title",))
     store = second.app.registry.feed_store
     try:
         assert second.get(FEED + "?opt_fields=title").json["data"] == expected
         wait_listing(store, ("dateModified", "public_modified", "title"))
-        assert positions.count_documents({LISTING_KEY + ".title": {"$exists": True}}) == len(docs)
+        assert positions.count_documents({"title": {"$exists": True}}) == len(docs)
         assert second.get(FEED + "?opt_fields=title").json["data"] == expected
     finally:
         shutdown(second.app.registry)
