@@ -11,8 +11,8 @@ waits:
   followed collection per tick. The sequencer moves the checkpoint only when
   events arrive, so a moved checkpoint means a write committed;
 * watermark order: the newest ``public_modified`` of the collection and the
-  database's ``$$NOW``, one indexed aggregate (sort descending, limit 1) per
-  followed collection per tick; a new stamp becomes visible at stamp + ``W``
+  database's ``$$NOW``, one aggregate per followed collection per tick over
+  the stamps newer than the last one seen (a range of the feed index); a new stamp becomes visible at stamp + ``W``
   by the database clock, and the waiters are woken then.
 
 The notifier wakes the waiters of a collection whose offset the new bound
@@ -337,13 +337,18 @@ class LongPollNotifier:
                 self._advance(watch, checkpoint)
             return
         asked = time.monotonic()
+        match: dict[str, Any] = {"is_public": True}
+        if watch.newest is not None:
+            # only the stamps written since the last read: a range on the
+            # feed index, not a sort of the collection (the embedded server
+            # sorts in memory and applies a limit only after the sort)
+            match[PUBLIC_MODIFIED] = {"$gt": watch.newest}
         found = list(
             self.store.feed_collection(watch.collection).aggregate(
                 [
-                    {"$match": {"is_public": True}},
-                    {"$sort": {PUBLIC_MODIFIED: -1}},
-                    {"$limit": 1},
-                    {"$project": {"_id": 0, "stamp": f"${PUBLIC_MODIFIED}", "now": now_seconds()}},
+                    {"$match": match},
+                    {"$group": {"_id": None, "stamp": {"$max": f"${PUBLIC_MODIFIED}"}}},
+                    {"$project": {"_id": 0, "stamp": 1, "now": now_seconds()}},
                 ]
             )
         )
