@@ -201,6 +201,8 @@ class CollectionSequencer:
     :param max_await_ms: how long one read of the stream waits for events.
     :param batch_seconds: the longest a batch reads on before its entries
         are written.
+    :param idle_seconds: the longest pause before reading a stream again
+        after reads that found nothing (:meth:`_pause_after_empty`).
     """
 
     def __init__(
@@ -211,6 +213,7 @@ class CollectionSequencer:
         batch_size: int = 1000,
         max_await_ms: int = 20,
         batch_seconds: float = 0.05,
+        idle_seconds: float = 0.05,
         observe: bool = False,
         lag_window_seconds: float = 300.0,
         metrics: Any = None,
@@ -227,6 +230,7 @@ class CollectionSequencer:
         self.batch_size = batch_size
         self.max_await_ms = max_await_ms
         self.batch_seconds = batch_seconds
+        self.idle_seconds = idle_seconds
         self.stats = SequencerStats()
         #: observe only: measure the lag, write no positions (watermark feeds)
         self.observe = observe
@@ -656,14 +660,37 @@ class CollectionSequencer:
             if self.rematerializer is not None:
                 self.rematerializer.join(10.0)
 
+    def _pause_after_empty(self, empty: int, began: float, stopping: threading.Event) -> None:
+        """Wait before reading a stream again after ``empty`` reads in a row
+        found nothing: up to ``empty`` times ``max_await_ms`` from the last
+        read's start, at most ``idle_seconds``.
+
+        A server may end an awaited read early, with nothing, on any write
+        to the database (the embedded server wakes every waiting stream on
+        each write, its own positions writes included): without the pause a
+        quiet collection's stream would be read again on every write
+        elsewhere. Measured on the embedded server at 80 writes/s to one of
+        three followed collections, the sequencer's share of its CPU per
+        write fell by a third with the pause (3.7-4.0 ms to 2.3-2.5 ms),
+        with the same commit-to-checkpoint delay (median 38-40 ms).
+        """
+        wait = min(self.idle_seconds, empty * self.max_await_ms / 1000.0) - (time.monotonic() - began)
+        if wait > 0:
+            stopping.wait(wait)
+
     def _follow(self, stopping: threading.Event, retry_seconds: float) -> None:
         while not stopping.is_set():
             try:
                 stream = self.open()
                 with stream:  # (the stubs type ``__enter__`` as the base ChangeStream)
+                    empty = 0
                     while not stopping.is_set():
+                        began = time.monotonic()
                         events, caught_up = self.read_batch(stream)
                         self.handle(stream, events, caught_up)
+                        empty = 0 if events else empty + 1
+                        if empty:
+                            self._pause_after_empty(empty, began, stopping)
             except SequencerError:
                 raise
             except PyMongoError as error:
