@@ -47,7 +47,8 @@ def describe(result: RunResult) -> str:
     return (
         f"W={result.watermark}: {result.patches_per_second} patches/s, {result.checks} checks, "
         f"{result.failures} failures, lags {result.lag_summary}, {result.lost} lost, "
-        f"{result.duplicates} duplicates, feed delay {result.feed_delay_ms}"
+        f"{result.duplicates} duplicates, feed delay {result.feed_delay_ms}; long-poll crawler: "
+        f"{result.longpoll_lost} lost, delay {result.longpoll_delay_ms}"
     )
 
 
@@ -72,6 +73,10 @@ def test_with_watermark_above_the_write_delay_nothing_is_lost(mongodb_uri: str) 
     assert result.lost == 0, result.lost_ids
     assert result.feed_delay_ms["median"] is not None
     assert result.feed_delay_ms["median"] >= SAFE_WATERMARK * 1000 / 2
+    assert result.longpoll_lost == 0, result.longpoll_lost_ids
+    assert result.longpoll_items > 0 and result.longpoll_errors == 0
+    # woken at stamp + W, not before: the watermark holds for it too
+    assert result.longpoll_delay_ms["median"] >= SAFE_WATERMARK * 1000 / 2
 
 
 @pytest.fixture
@@ -168,6 +173,8 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
         ):
             assert key in run
         assert run["tenders"] == 5 and run["lost"] == 0
+        assert run["longpoll_lost"] == 0, "the long-poll crawler also holds every final version"
+        assert run["longpoll_delay_ms"]["count"] > 0
     assert runs[0]["watermark"] == 0.2
     assert runs[1]["sequencer"]["events"] > 0, "the commit run's sequencer followed the writes"
     assert "[W=0.2] done" in captured.err and "[commit] done" in captured.err
