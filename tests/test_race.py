@@ -128,6 +128,41 @@ def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytes
     assert (": 0 with late arrivals" in out) == (status == 0)
 
 
+@pytest.mark.parametrize("loaded_server", [SAFE_WATERMARK], indirect=True, ids=[f"W={SAFE_WATERMARK:g}"])
+def test_check_command_with_a_longpoll_crawler(loaded_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``check --longpoll``: a crawler long-polls from the head beside the
+    checks and misses none of the newest page's changes."""
+    url = loaded_server.api_url + "/tenders"
+    result = cli_main(["check", url, "--duration", "4", "--wait", "0.1", "--interval", "0.5", "--longpoll", "3"])
+    out = capsys.readouterr().out
+    print(out)
+    assert result == 0
+    line = next(line for line in out.splitlines() if line.startswith("Long-poll crawler:"))
+    items = int(line.split()[2])
+    assert items > 0, "the crawler followed the writes"
+    assert " 0 read errors" in line and " 0 of the newest page's changes since the start missed" in line
+    assert loaded_server.registry.feed_longpoll.report()["tenders"]["wakeups"] > 0, "it was woken, not polling"
+
+
+def test_check_longpoll_reports_what_the_crawler_missed() -> None:
+    """Changes of the final newest page after the start that the crawler
+    was not given (that version or newer) are missed; older ones are not
+    its business."""
+    from openprocurement_feed.commands.check import HeadCrawler
+    from openprocurement_feed.race.crawler import Crawler
+    from openprocurement_feed.race.feed import FeedClient, FeedItem, FeedPage
+
+    crawler = Crawler(FeedClient("http://127.0.0.1:9/api/2.5/tenders"))
+    crawler.log.newest.update({"a": 12.0, "b": 10.5})
+    head = HeadCrawler(crawler, start=10.0)
+    final = FeedPage(
+        (FeedItem("a", 11.0), FeedItem("b", 11.0), FeedItem("c", 10.2), FeedItem("old", 9.0)), next_offset="9.0"
+    )
+    assert head.missed(final) == ["b", "c"]
+    assert HeadCrawler(crawler, start=None).missed(final) == ["b", "c", "old"]
+    head.close()
+
+
 def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """A tiny run through the command line: JSON on stdout, progress on stderr,
     and the run's database dropped afterwards."""

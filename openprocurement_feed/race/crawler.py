@@ -33,6 +33,8 @@ class CrawlerLog:
     """
 
     seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the newest ``public_modified`` delivered per id
+    newest: dict[str, float] = field(default_factory=dict)
     deliveries: int = 0
     duplicates: int = 0
     pages: int = 0
@@ -76,6 +78,7 @@ class Crawler(threading.Thread):
         log.pages += 1
         for item in page.items:
             versions = log.seen.setdefault(item.id, {})
+            log.newest[item.id] = max(item.public_modified, log.newest.get(item.id, item.public_modified))
             log.deliveries += 1
             if item.date_modified in versions:
                 log.duplicates += 1
