@@ -153,6 +153,20 @@ def test_json_lines_writer_appends(tmp_path: Path) -> None:
     assert "Пошта" in lines[0]
 
 
+def test_json_lines_writer_ends_a_line_a_crash_cut_short(tmp_path: Path) -> None:
+    """A process killed in the middle of a write leaves a torn last line:
+    the next writer ends it, so what it appends stays readable."""
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"id":"a"}\n{"id":"b","dateMod', encoding="utf-8")
+    with JsonLinesWriter(path) as writer:
+        writer.write([{"id": "c"}])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines == ['{"id":"a"}', '{"id":"b","dateMod', '{"id":"c"}']
+    with JsonLinesWriter(path) as writer:  # a whole file is left as it is
+        writer.write([{"id": "d"}])
+    assert path.read_text(encoding="utf-8").endswith('{"id":"c"}\n{"id":"d"}\n')
+
+
 # -- URLs and headers --------------------------------------------------------------
 
 

@@ -377,10 +377,24 @@ def test_race_table_and_json() -> None:
     results = [
         run_result(0.0, failures=11, failure_percent=5.5, lags_ms=[1.0, 37.0, 12.5], lost=3),
         run_result(1.0),
-        run_result(0.0, order="commit", feed_delay_ms={"median": 40.0, "p99": 90.0, "max": 120.0}),
+        run_result(
+            0.0,
+            order="commit",
+            feed_delay_ms={"median": 40.0, "p99": 90.0, "max": 120.0},
+            longpoll_delay_ms={"median": 31.0, "p99": 77.0, "max": 95.0, "count": 10},
+            longpoll_lost=0,
+        ),
     ]
+    results[0].longpoll_lost = 2
     table = race_table(results)
     lines = table.splitlines()
+    assert any(
+        line.startswith("crawler delay median/p99 (ms), long-poll") and line.split()[-5:] == ["-", "-", "31", "/", "77"]
+        for line in lines
+    ), table
+    assert any(
+        line.startswith("long-poll crawler lost tenders") and line.split()[-3:] == ["2", "-", "0"] for line in lines
+    ), "a run without a long-poll crawler shows '-'"
     assert lines[0].split()[1:] == ["order", "W", "=", "0", "s", "W", "=", "1", "s", "commit"]
     assert any(line.startswith("feed delay median/p99/max") and line.endswith("40 / 90 / 120") for line in lines)
     assert any(line.startswith("failures") and "11 (5.50 %)" in line and "0 (0.00 %)" in line for line in lines)
@@ -399,6 +413,8 @@ def test_race_table_and_json() -> None:
         "duplicates",
         "feed_delay_ms",
         "write_conflicts",
+        "longpoll_lost",
+        "longpoll_delay_ms",
     ):
         assert all(key in run for run in runs)
     assert [run["order"] for run in runs] == ["watermark", "watermark", "commit"]

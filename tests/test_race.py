@@ -47,7 +47,8 @@ def describe(result: RunResult) -> str:
     return (
         f"W={result.watermark}: {result.patches_per_second} patches/s, {result.checks} checks, "
         f"{result.failures} failures, lags {result.lag_summary}, {result.lost} lost, "
-        f"{result.duplicates} duplicates, feed delay {result.feed_delay_ms}"
+        f"{result.duplicates} duplicates, feed delay {result.feed_delay_ms}; long-poll crawler: "
+        f"{result.longpoll_lost} lost, delay {result.longpoll_delay_ms}"
     )
 
 
@@ -72,6 +73,10 @@ def test_with_watermark_above_the_write_delay_nothing_is_lost(mongodb_uri: str) 
     assert result.lost == 0, result.lost_ids
     assert result.feed_delay_ms["median"] is not None
     assert result.feed_delay_ms["median"] >= SAFE_WATERMARK * 1000 / 2
+    assert result.longpoll_lost == 0, result.longpoll_lost_ids
+    assert result.longpoll_items > 0 and result.longpoll_errors == 0
+    # woken at stamp + W, not before: the watermark holds for it too
+    assert result.longpoll_delay_ms["median"] >= SAFE_WATERMARK * 1000 / 2
 
 
 @pytest.fixture
@@ -123,6 +128,41 @@ def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytes
     assert (": 0 with late arrivals" in out) == (status == 0)
 
 
+@pytest.mark.parametrize("loaded_server", [SAFE_WATERMARK], indirect=True, ids=[f"W={SAFE_WATERMARK:g}"])
+def test_check_command_with_a_longpoll_crawler(loaded_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``check --longpoll``: a crawler long-polls from the head beside the
+    checks and misses none of the newest page's changes."""
+    url = loaded_server.api_url + "/tenders"
+    result = cli_main(["check", url, "--duration", "4", "--wait", "0.1", "--interval", "0.5", "--longpoll", "3"])
+    out = capsys.readouterr().out
+    print(out)
+    assert result == 0
+    line = next(line for line in out.splitlines() if line.startswith("Long-poll crawler:"))
+    items = int(line.split()[2])
+    assert items > 0, "the crawler followed the writes"
+    assert " 0 read errors" in line and " 0 of the newest page's changes since the start missed" in line
+    assert loaded_server.registry.feed_longpoll.report()["tenders"]["wakeups"] > 0, "it was woken, not polling"
+
+
+def test_check_longpoll_reports_what_the_crawler_missed() -> None:
+    """Changes of the final newest page after the start that the crawler
+    was not given (that version or newer) are missed; older ones are not
+    its business."""
+    from openprocurement_feed.commands.check import HeadCrawler
+    from openprocurement_feed.race.crawler import Crawler
+    from openprocurement_feed.race.feed import FeedClient, FeedItem, FeedPage
+
+    crawler = Crawler(FeedClient("http://127.0.0.1:9/api/2.5/tenders"))
+    crawler.log.newest.update({"a": 12.0, "b": 10.5})
+    head = HeadCrawler(crawler, start=10.0)
+    final = FeedPage(
+        (FeedItem("a", 11.0), FeedItem("b", 11.0), FeedItem("c", 10.2), FeedItem("old", 9.0)), next_offset="9.0"
+    )
+    assert head.missed(final) == ["b", "c"]
+    assert HeadCrawler(crawler, start=None).missed(final) == ["b", "c", "old"]
+    head.close()
+
+
 def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """A tiny run through the command line: JSON on stdout, progress on stderr,
     and the run's database dropped afterwards."""
@@ -168,6 +208,8 @@ def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.C
         ):
             assert key in run
         assert run["tenders"] == 5 and run["lost"] == 0
+        assert run["longpoll_lost"] == 0, "the long-poll crawler also holds every final version"
+        assert run["longpoll_delay_ms"]["count"] > 0
     assert runs[0]["watermark"] == 0.2
     assert runs[1]["sequencer"]["events"] > 0, "the commit run's sequencer followed the writes"
     assert "[W=0.2] done" in captured.err and "[commit] done" in captured.err

@@ -11,7 +11,7 @@ from typing import Any
 from openprocurement_feed.client.http import RetryPolicy
 from openprocurement_feed.race.crawler import Crawler
 from openprocurement_feed.race.detector import Detector, DetectorThread
-from openprocurement_feed.race.feed import FeedClient
+from openprocurement_feed.race.feed import FeedClient, FeedPage
 from tests import test_client
 
 #: A real HTTP server on loopback answering what a test sets (shared with the client tests).
@@ -78,3 +78,29 @@ def test_the_detector_thread_counts_errors_and_closes_its_client(canned: Any) ->
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert thread.stats.checks == 0 and thread.stats.errors >= 1
+
+
+def test_a_longpolling_crawler_asks_with_feed_longpoll_and_waits_only_when_the_server_did_not(canned: Any) -> None:
+    """Its forward requests carry ``feed=longpoll&timeout``; after a page
+    that is not full it asks again at once if the server held the request,
+    waits ``Retry-After`` when given one, else its poll interval; drain
+    never long-polls."""
+    echoed = {"path": "/feed?feed=longpoll&timeout=7&offset=1.5", "offset": "1.5"}
+    empty = {"data": [], "next_page": echoed}
+    canned.answer = (200, JSON, json.dumps(empty))
+    client = FeedClient(f"http://127.0.0.1:{canned.server_address[1]}/feed", limit=2, retry=ONCE, longpoll=7)
+    crawler = Crawler(client, poll_interval=3.0)
+    try:
+        crawler.poll_once()
+        assert "feed=longpoll" in canned.seen[-1][0] and "timeout=7" in canned.seen[-1][0]
+        assert crawler.pause == 3.0, "an empty answer at once: the server did not wait"
+        assert crawler.pause_after(FeedPage((), "1.5", longpoll=True), took=2.0) == 0.0
+        assert crawler.pause_after(FeedPage((), "1.5", longpoll=False), took=2.0) == 3.0
+        assert crawler.pause_after(FeedPage((), "1.5", longpoll=True, retry_after=1.0), took=0.0) == 1.0
+        canned.answer = (200, {**JSON, "Retry-After": "1"}, json.dumps(empty))
+        crawler.poll_once()
+        assert crawler.pause == 1.0, "over the server's cap: its Retry-After"
+        crawler.drain()
+        assert "feed=longpoll" not in canned.seen[-1][0]
+    finally:
+        client.close()

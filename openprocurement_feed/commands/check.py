@@ -5,10 +5,18 @@ public_modified), waits, reads forward again from that page's oldest item and
 reports every document that appeared inside the window already served: a
 crawler that had reached the window's newest item would never see it.
 
+With --longpoll S a crawler also follows the feed forward from its head for
+the whole check, long-polling (feed=longpoll&timeout=S; a server that does
+not long-poll is polled every --interval). At the end the newest page is
+read once more: every change on it made after the check began must have
+reached the crawler (that version or a newer one), else it is reported as
+missed. Only the newest page is compared: changes pushed off it by newer
+ones are not verified. Ending waits for the crawler's last request, up to S.
+
 Works against any openprocurement-style feed URL, e.g.
 https://public-api.prozorro.gov.ua/api/2.5/tenders (add ?mode=test or
 ?mode=_all_ to check those feeds). Exit status: 0 no anomaly, 1 anomalies
-found, 2 the feed could not be read.
+found (or changes the crawler missed), 2 the feed could not be read.
 """
 
 from __future__ import annotations
@@ -16,10 +24,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cli import CommandError
-from .options import HTTP_TIMEOUT, INTERVAL, MODE, PAGE_LIMIT, URL, Flag, add_command, positive_float, positive_int
+from .options import (
+    HTTP_TIMEOUT,
+    INTERVAL,
+    MODE,
+    PAGE_LIMIT,
+    URL,
+    Flag,
+    add_command,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+
+if TYPE_CHECKING:
+    from ..race.crawler import Crawler
+    from ..race.feed import FeedClient, FeedPage
 
 #: Checks made when neither --checks nor --duration is given.
 DEFAULT_CHECKS = 20
@@ -57,6 +80,14 @@ FLAGS = (
     PAGE_LIMIT.but(help="page size of the snapshot and the re-fetch (default: %(default)s)"),
     MODE.but(help="check the test feed or the feed of everything (default: the URL's, else real objects)"),
     HTTP_TIMEOUT,
+    Flag(
+        "--longpoll",
+        type=non_negative_float,
+        default=0.0,
+        metavar="S",
+        help="also follow the feed from its head with a crawler that long-polls (feed=longpoll&timeout=S) "
+        "and report the changes of the final newest page it missed; 0 for none (default: %(default)s)",
+    ),
 )
 
 
@@ -73,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     checks = args.checks if args.checks or args.duration else DEFAULT_CHECKS
     client = FeedClient(args.url, limit=args.limit, timeout=args.timeout, mode=args.mode)
     detector = Detector(client, wait=args.wait)
+    follower: HeadCrawler | None = None
     stats = DetectorStats()
     empty = 0
     started = time.monotonic()
@@ -80,6 +112,14 @@ def run(args: argparse.Namespace) -> int:
     next_report = started + PROGRESS_EVERY
     print(f"Checking {client.url} ...", file=sys.stderr, flush=True)
     try:
+        if args.longpoll:
+            try:
+                own = FeedClient(
+                    args.url, limit=args.limit, timeout=args.timeout, mode=args.mode, longpoll=args.longpoll
+                )
+                follower = HeadCrawler.start_at_head(client, own, args.interval)
+            except FeedError as error:
+                raise CommandError(str(error)) from None
         while True:
             try:
                 result = detector.check()
@@ -106,7 +146,82 @@ def run(args: argparse.Namespace) -> int:
             if deadline:
                 pause = min(pause, max(0.0, deadline - now))
             time.sleep(pause)
+        missed = 0
+        if follower is not None:
+            try:
+                line, missed = follower.finish(client)
+            except FeedError as error:
+                raise CommandError(str(error)) from None
+            print(line, flush=True)
     finally:
+        if follower is not None:
+            follower.close()
         client.close()
     print(check_summary(stats, time.monotonic() - started, empty), flush=True)
-    return 1 if stats.failures else 0
+    return 1 if stats.failures or missed else 0
+
+
+class HeadCrawler:
+    """The ``--longpoll`` crawler: follows the feed forward from the head
+    it found when the check began, in a thread of its own.
+
+    :param crawler: the race tool's crawler, its offset at the head.
+    :param start: the newest ``public_modified`` at the start (None: the
+        feed was empty).
+    """
+
+    def __init__(self, crawler: Crawler, start: float | None) -> None:
+        self.crawler = crawler
+        self.start = start
+
+    @classmethod
+    def start_at_head(cls, client: FeedClient, own: FeedClient, interval: float) -> HeadCrawler:
+        """Read the newest page with ``client`` and start a crawler forward
+        from it with ``own``, a client that long-polls (every ``interval`` s
+        when the server does not long-poll)."""
+        from ..race.crawler import Crawler
+        from ..race.feed import FeedError
+
+        newest = client.page(None, descending=True)
+        if newest.items and newest.prev_offset is None:
+            own.close()
+            raise FeedError(f'{client.url} returned no "prev_page" for a descending request')
+        crawler = Crawler(own, poll_interval=interval, name="check-longpoll")
+        crawler.offset = newest.prev_offset if newest.items else None
+        crawler.start()
+        return cls(crawler, max((item.public_modified for item in newest.items), default=None))
+
+    def finish(self, client: FeedClient) -> tuple[str, int]:
+        """Read the newest page, let the crawler reach it, compare: the
+        report line and the number of changes the crawler missed."""
+        final = client.page(None, descending=True)
+        crawler = self.crawler
+        crawler.stop()
+        crawler.join(crawler.client.longpoll + crawler.client.timeout + 5.0)
+        if not crawler.is_alive():
+            crawler.drain()  # what became visible before the final page was read
+        missed = self.missed(final)
+        log = crawler.log
+        text = (
+            f"Long-poll crawler: {log.deliveries} items in {log.pages} pages, {log.errors} read errors; "
+            f"{len(missed)} of the newest page's changes since the start missed"
+        )
+        if missed:
+            text += ": " + ", ".join(missed[:10]) + (" ..." if len(missed) > 10 else "")
+        return text, len(missed)
+
+    def missed(self, final: FeedPage) -> list[str]:
+        """The ids of the changes on ``final`` made after the start that
+        the crawler was not given (that version, or a newer one)."""
+        stamps = self.crawler.log.newest
+        return [
+            item.id
+            for item in final.items
+            if (self.start is None or item.public_modified > self.start)
+            and stamps.get(item.id, float("-inf")) < item.public_modified
+        ]
+
+    def close(self) -> None:
+        """Stop the crawler and close its connections."""
+        self.crawler.stop()
+        self.crawler.client.close()

@@ -6,8 +6,9 @@ default), each on a fresh
 embedded database behind the demo API on 127.0.0.1: writer threads patch
 small and large tenders over HTTP, writes commit a few milliseconds after
 their stamp (--write-delay), a detector checks the feed for documents that
-appear inside an already-served window, and a crawler follows the feed and
-must end up with every tender's final version. One table compares the runs.
+appear inside an already-served window, and two crawlers follow the feed
+(one polling, one long-polling: feed=longpoll) and must each end up with
+every tender's final version. One table compares the runs.
 
 --hot runs the hot-documents scenario instead: 30 tenders patched at 160/s
 aimed at (writes commit at once), and per run the longest time an
@@ -37,6 +38,8 @@ from .options import (
     watermark_seconds,
 )
 
+#: The longest ``--longpoll``: the default ``feed.longpoll_max_seconds``.
+MAX_LONGPOLL = 55.0
 #: The line in ``openprocurement-feed --help``.
 HELP = "reproduce the lost-document race under load, with and without the watermark"
 #: The command's flags, shared ones from :mod:`.options` first where they apply.
@@ -114,6 +117,14 @@ FLAGS = (
         metavar="S",
         help="seconds the crawler keeps polling after the writers stop, on top of W (default: %(default)s)",
     ),
+    Flag(
+        "--longpoll",
+        type=non_negative_float,
+        default=10.0,
+        metavar="S",
+        help="seconds a second crawler, beside the polling one, asks the server to hold each request at the "
+        "head (feed=longpoll); 0 for no long-poll crawler (default: %(default)s)",
+    ),
     Flag("--seed", type=int, default=None, help="seed of the random load"),
     MONGODB_URI.but(help="use this MongoDB (a database per run, dropped after) instead of the embedded one"),
     Flag("--json", action="store_true", help="print a JSON list (one object per run) instead of the table"),
@@ -139,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     large = base.large if args.large is None else args.large
     rate = base.rate if args.rate is None else args.rate
     write_delay = base.write_delay if args.write_delay is None else args.write_delay
+    if args.longpoll > MAX_LONGPOLL:
+        args.parser.error(f"--longpoll: at most {MAX_LONGPOLL:g} s (the demo's feed.longpoll_max_seconds)")
     if small + large < 1:
         args.parser.error("--small and --large: at least one tender is needed")
     if not getattr(args, "verbose", False):
@@ -157,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         sequencer=args.sequencer,
         check_wait=args.check_wait,
         settle=args.settle,
+        longpoll=args.longpoll,
         mongodb_uri=args.mongodb_uri,
         seed=args.seed,
     )

@@ -1,7 +1,11 @@
 """A crawler that follows a feed forward as a real client does.
 
 It starts without an offset, always continues from ``next_page.offset``
-(opaque to it), and waits a little when a page is not full. It remembers
+(opaque to it), and waits a little when a page is not full. Given a client
+that long-polls (``FeedClient(longpoll=...)``), it asks again at once after a
+page that is not full when the server held the request (``feed=longpoll``,
+SPEC E), and waits only when the server did not (it does not long-poll, or it
+is shutting down) or asked for it (``Retry-After``, over its cap). It remembers
 every version (id and ``dateModified``) it was given and when it first saw it,
 so that the experiment can count lost tenders, duplicates and feed delay.
 """
@@ -12,7 +16,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .feed import FeedClient, FeedError
+from .feed import FeedClient, FeedError, FeedPage
+
+#: An empty long-poll answer quicker than this did not wait (a server
+#: shutting down): the crawler pauses its poll interval before asking again.
+MIN_LONGPOLL_WAIT = 0.05
 
 
 @dataclass
@@ -25,6 +33,8 @@ class CrawlerLog:
     """
 
     seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the newest ``public_modified`` delivered per id
+    newest: dict[str, float] = field(default_factory=dict)
     deliveries: int = 0
     duplicates: int = 0
     pages: int = 0
@@ -39,7 +49,8 @@ class Crawler(threading.Thread):
     """Follows ``client``'s feed forward until stopped (the caller closes
     ``client`` when done with it).
 
-    :param poll_interval: seconds to wait after a page that was not full.
+    :param poll_interval: seconds to wait after a page that was not full
+        (after a long-poll that waited: none).
     """
 
     def __init__(self, client: FeedClient, poll_interval: float = 0.05, name: str = "crawler") -> None:
@@ -49,19 +60,25 @@ class Crawler(threading.Thread):
         self.offset: str | None = None
         self.log = CrawlerLog()
         self.stopping = threading.Event()
+        #: the pause before the next request, as :meth:`poll_once` left it
+        self.pause = poll_interval
 
     def stop(self) -> None:
         """Finish the current page and end."""
         self.stopping.set()
 
-    def poll_once(self) -> int:
-        """Fetch the next page and record its items; returns their number."""
-        page = self.client.page(self.offset)
+    def poll_once(self, wait: bool = True) -> int:
+        """Fetch the next page and record its items; returns their number
+        (``wait``: the request may long-poll, when the client does)."""
+        started = time.monotonic()
+        page = self.client.page(self.offset, wait=wait)
+        self.pause = self.pause_after(page, time.monotonic() - started)
         now = time.time()
         log = self.log
         log.pages += 1
         for item in page.items:
             versions = log.seen.setdefault(item.id, {})
+            log.newest[item.id] = max(item.public_modified, log.newest.get(item.id, item.public_modified))
             log.deliveries += 1
             if item.date_modified in versions:
                 log.duplicates += 1
@@ -71,6 +88,16 @@ class Crawler(threading.Thread):
             self.offset = page.next_offset
         return len(page.items)
 
+    def pause_after(self, page: FeedPage, took: float) -> float:
+        """Seconds to wait after ``page`` (answered in ``took`` seconds) when
+        it is not full: the server's ``Retry-After`` if it gave one, none
+        after a long-poll that waited, else the poll interval."""
+        if page.retry_after is not None:
+            return page.retry_after
+        if page.longpoll and took >= MIN_LONGPOLL_WAIT:
+            return 0.0
+        return self.poll_interval
+
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
@@ -79,17 +106,18 @@ class Crawler(threading.Thread):
                 self.log.errors += 1
                 self.stopping.wait(0.2)
                 continue
-            if count < self.client.limit:
-                self.stopping.wait(self.poll_interval)
+            if count < self.client.limit and self.pause > 0:
+                self.stopping.wait(self.pause)
 
     def drain(self, max_pages: int = 10_000) -> None:
         """Read on until a page is not full: the end of what is visible now.
 
-        Call it after the thread has stopped; read errors end it early.
+        Call it after the thread has stopped; read errors end it early. It
+        never long-polls.
         """
         for _ in range(max_pages):
             try:
-                if self.poll_once() < self.client.limit:
+                if self.poll_once(wait=False) < self.client.limit:
                     return
             except FeedError:
                 self.log.errors += 1

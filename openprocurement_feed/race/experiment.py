@@ -8,12 +8,13 @@ One run (:func:`run_once`) on a fresh database:
    production;
 2. create the small (1 item) and large (10 items, long texts) tenders;
 3. for ``duration`` seconds, writer threads patch them over HTTP while the
-   :class:`~.detector.Detector` checks the feed and the :class:`~.crawler.Crawler`
-   follows it forward;
-4. stop the writers, let the crawler poll for ``W`` plus a margin so that it
-   can catch up, read on to the end of the feed, then compare what it
-   received with the database: a tender whose final version it never saw
-   is *lost*.
+   :class:`~.detector.Detector` checks the feed and two
+   :class:`~.crawler.Crawler` follow it forward: one polling every
+   ``poll_interval``, one long-polling (``feed=longpoll``, SPEC E);
+4. stop the writers, let the crawlers go on for ``W`` plus a margin so that
+   they can catch up, read on to the end of the feed, then compare what each
+   received with the database: a tender whose final version a crawler never
+   saw is *lost*.
 
 :func:`run_experiment` repeats the run for each watermark value and, by
 default, once more in commit order (SPEC D: a sequencer in the API process,
@@ -75,6 +76,9 @@ class RaceConfig:
     check_wait: float = 0.2
     page_limit: int = 100
     poll_interval: float = 0.05
+    #: seconds the long-poll crawler asks the server to hold a request at
+    #: the head (``feed=longpoll&timeout=...``); 0 runs no long-poll crawler
+    longpoll: float = 10.0
     settle: float = 2.0
     threads: int = 16
     progress_every: float = 5.0
@@ -137,6 +141,14 @@ class RunResult:
     #: CPU seconds the database process used while the writers ran (None
     #: when it is not a process of this machine)
     database_cpu_s: float | None = None
+    #: the long-poll crawler's figures, as the polling crawler's above
+    #: (``longpoll_lost`` is None when the run had no long-poll crawler)
+    longpoll_items: int = 0
+    longpoll_lost: int | None = None
+    longpoll_lost_ids: list[str] = field(default_factory=list)
+    longpoll_duplicates: int = 0
+    longpoll_errors: int = 0
+    longpoll_delay_ms: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def database_cpu_ms_per_patch(self) -> float | None:
@@ -191,6 +203,12 @@ def _feed_delays(writers: list[LoggingWriter], crawler: Crawler) -> dict[str, fl
         "max": round(delays[-1], 1),
         "count": len(delays),
     }
+
+
+def lost(finals: dict[str, str], crawler: Crawler) -> list[str]:
+    """The ids of the tenders whose final version (``finals[id]``, its
+    ``dateModified``) ``crawler`` never saw, sorted."""
+    return sorted(tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final))
 
 
 def longest_invisible(writers: list[LoggingWriter], crawler: Crawler, until: float) -> float | None:
@@ -254,7 +272,7 @@ def run_once(
     progress(f"{label} starting the database and the demo API")
     server = DemoServer(settings, threads=config.threads)
     writers: list[LoggingWriter] = []
-    detector = crawler = None
+    detector = crawler = waiter = None
     worker: SequencerWorker | None = None
     try:
         server.start()
@@ -273,6 +291,13 @@ def run_once(
         small = create_many(api, config.small, large=False, seed=config.seed)
         large = create_many(api, config.large, large=True, seed=None if config.seed is None else config.seed + 1)
         crawler = Crawler(FeedClient(feed_url, limit=config.page_limit), config.poll_interval)
+        if config.longpoll > 0:
+            waiter = Crawler(
+                FeedClient(feed_url, limit=config.page_limit, longpoll=config.longpoll),
+                config.poll_interval,
+                name="longpoll-crawler",
+            )
+        crawlers = [crawler] if waiter is None else [crawler, waiter]
         if config.detector:
             detector = DetectorThread(Detector(FeedClient(feed_url, limit=config.page_limit), config.check_wait))
         per_writer = config.rate / config.writers if config.rate > 0 else 0.0
@@ -286,7 +311,8 @@ def run_once(
             )
             for number, ids in enumerate(_split_ids(small, large, config.writers))
         ]
-        crawler.start()
+        for each in crawlers:
+            each.start()
         if detector is not None:
             detector.start()
         conflicts_before = server.registry.demo_stats.conflicts
@@ -325,17 +351,21 @@ def run_once(
         collection = server.registry.feed_store.collection("tenders")
         finals = {doc["_id"]: doc["dateModified"] for doc in collection.find({"is_public": True}, {"dateModified": 1})}
         catch_up = (watermark if order == "watermark" else 0.0) + config.settle
-        progress(f"{label} writers stopped; the crawler catches up for up to {catch_up:g} s")
+        progress(f"{label} writers stopped; the crawlers catch up for up to {catch_up:g} s")
         until = time.monotonic() + catch_up
         while time.monotonic() < until:
-            if all(crawler.log.saw(tender_id, final) for tender_id, final in finals.items()):
+            if all(each.log.saw(tender_id, final) for each in crawlers for tender_id, final in finals.items()):
                 break
             time.sleep(0.1)
-        crawler.stop()
-        crawler.join(timeout=60)
-        crawler.drain()  # whatever the crawler has not reached yet is not lost
-        crawler.client.close()
-        lost_ids = sorted(tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final))
+        server.registry.feed_longpoll.stop()  # answer the long-poll crawler's waiting request now
+        for each in crawlers:
+            each.stop()
+        for each in crawlers:
+            each.join(timeout=60)
+            each.drain()  # whatever a crawler has not reached yet is not lost
+            each.client.close()
+        lost_ids = lost(finals, crawler)
+        waiter_lost = None if waiter is None else lost(finals, waiter)
         patches = sum(writer.stats.patches for writer in writers)
         result = RunResult(
             watermark=watermark,
@@ -366,14 +396,22 @@ def run_once(
                 round(cpu_after - cpu_before, 3) if cpu_before is not None and cpu_after is not None else None
             ),
         )
+        if waiter is not None and waiter_lost is not None:
+            result.longpoll_items = waiter.log.deliveries
+            result.longpoll_lost = len(waiter_lost)
+            result.longpoll_lost_ids = waiter_lost
+            result.longpoll_duplicates = waiter.log.duplicates
+            result.longpoll_errors = waiter.log.errors
+            result.longpoll_delay_ms = _feed_delays(writers, waiter)
         progress(
             f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
             f"{result.failures} failures, {result.lost} lost"
+            + ("" if result.longpoll_lost is None else f" ({result.longpoll_lost} by the long-poll crawler)")
             + (f", database CPU {result.database_cpu_ms_per_patch} ms/patch" if result.database_cpu_s else "")
         )
         return result
     finally:
-        for thread in (*writers, detector, crawler):
+        for thread in (*writers, detector, crawler, waiter):
             if thread is not None:
                 thread.stop()
         sequencer = getattr(server.registry, "feed_sequencer", None)

@@ -46,6 +46,11 @@ class FeedPage:
     items: tuple[FeedItem, ...]
     next_offset: str
     prev_offset: str | None = None
+    #: the server echoed ``feed=longpoll`` in ``next_page``: it long-polls
+    longpoll: bool = False
+    #: the answer's ``Retry-After`` in seconds (a long-poll over the
+    #: server's cap of waiters), or None
+    retry_after: float | None = None
 
 
 def parse_item(raw: Any, url: str, need_stamp: bool = True) -> FeedItem:
@@ -74,6 +79,9 @@ class FeedClient:
 
     :param retry: how hard to try one page (:data:`CHECK_RETRY` by default).
     :param sleep: how to wait between attempts.
+    :param longpoll: seconds a forward request asks the server to wait for
+        the next change (``feed=longpoll&timeout=...``, SPEC E); 0, the
+        default, asks for none. A server that does not long-poll ignores it.
     """
 
     def __init__(
@@ -85,6 +93,7 @@ class FeedClient:
         mode: str | None = None,
         retry: RetryPolicy = CHECK_RETRY,
         sleep: Callable[[float], None] = time.sleep,
+        longpoll: float = 0.0,
     ) -> None:
         identity, _ = split_feed_url(url)
         self.http = FeedHTTP(
@@ -96,22 +105,25 @@ class FeedClient:
             timeout=timeout,
             retry=retry,
             sleep=sleep,
+            longpoll=longpoll,
         )
         self.url = self.http.identity.url
         self.limit = limit
         self.timeout = timeout
+        self.longpoll = longpoll
 
-    def page(self, offset: str | None = None, descending: bool = False) -> FeedPage:
-        """The page after ``offset`` (from the start without one)."""
+    def page(self, offset: str | None = None, descending: bool = False, wait: bool = True) -> FeedPage:
+        """The page after ``offset`` (from the start without one); a forward
+        request long-polls when ``longpoll`` is set and ``wait``."""
         try:
-            page = self.http.fetch(offset, descending)
+            page = self.http.fetch(offset, descending, wait)
         except FeedUnavailable as error:
             raise FeedError(
                 f"cannot reach {self.url}: {error.last_error} "
                 f"(gave up after {error.attempts} attempt(s) over {error.elapsed:.1f} s)"
             ) from None
         items = tuple(parse_item(raw, self.url) for raw in page.items)
-        return FeedPage(items, page.next_offset, page.prev_offset or None)
+        return FeedPage(items, page.next_offset, page.prev_offset or None, page.longpoll, page.retry_after)
 
     def close(self) -> None:
         """Close the HTTP connections."""

@@ -33,6 +33,13 @@ def _delay(result: RunResult) -> str:
     return f"{delay['median']:.0f}{middle} / {delay['max']:.0f}"
 
 
+def _median_p99(delay: dict[str, float | None]) -> str:
+    median, p99 = delay.get("median"), delay.get("p99")
+    if median is None:
+        return "-"
+    return f"{median:.0f}" + (f" / {p99:.0f}" if p99 is not None else "")
+
+
 def _order(result: RunResult) -> str:
     return "commit" if result.order == "commit" else f"W = {result.watermark:g} s"
 
@@ -53,6 +60,11 @@ def race_table(results: Sequence[RunResult]) -> str:
         ("crawler lost tenders", [str(result.lost) for result in results]),
         ("crawler duplicates", [str(result.duplicates) for result in results]),
         ("feed delay median/p99/max (ms)", [_delay(result) for result in results]),
+        ("crawler delay median/p99 (ms), long-poll", [_median_p99(result.longpoll_delay_ms) for result in results]),
+        (
+            "long-poll crawler lost tenders",
+            ["-" if result.longpoll_lost is None else str(result.longpoll_lost) for result in results],
+        ),
         ("write conflicts (retried)", [str(result.write_conflicts) for result in results]),
         ("database CPU per patch (ms)", [_ms(result.database_cpu_ms_per_patch) for result in results]),
     ]
