@@ -29,9 +29,11 @@ from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
 from .common import status, table
 
 #: The seed's load, as SPEC D.12 and the race experiment describe it.
-LOAD = dict(writers=6, rate=80.0, small=70, large=70, write_delay="5-40", threads=16, detector=False)
+LOAD = dict(writers=6, rate=80.0, small=70, large=70, write_delay="5-40", threads=16, detector=False, longpoll=0.0)
 #: The hot scenario: 30 tenders rewritten at 160 patches/s asked, writes held 5-40 ms.
-HOT = dict(writers=8, rate=160.0, small=30, large=0, write_delay="5-40", threads=16, detector=False, hot=True)
+HOT = dict(
+    writers=8, rate=160.0, small=30, large=0, write_delay="5-40", threads=16, detector=False, hot=True, longpoll=0.0
+)
 WATERMARK = 1.0
 ORDERS = ("watermark", "commit")
 
