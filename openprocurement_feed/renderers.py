@@ -10,13 +10,35 @@ JSON (only whitespace and the escaping of non-ASCII characters differ).
 
 The include registers :class:`FeedJSONRenderer` as the Pyramid renderer
 :data:`RENDERER` (``"feed_json"``), which the feed views use.
+
+Values a listed field can hold beyond JSON's own types (BSON dates, values
+written by other tools) are rendered the same way by both encoders
+(:func:`json_value`): a ``datetime`` as ISO 8601 (``isoformat()``: a naive
+one stays naive, an aware one keeps its offset, as upstream's renderer
+writes them), a ``date`` likewise, an ``ObjectId`` as its hex string, a
+``Decimal128`` or ``Decimal`` as its exact decimal string, a BSON
+``Timestamp`` as ``"{time}.{inc:010d}"`` (the form of a legacy
+``public_ts`` offset), a ``UUID`` as its canonical string, an object with
+``__json__()`` as what that returns. Anything else is not rendered: the
+page is answered with a JSON 500 naming the feed, the item and the field,
+and the error is logged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
+
+from bson.decimal128 import Decimal128
+from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
+
+log = logging.getLogger(__name__)
 
 #: The name the feed views' renderer is registered under.
 RENDERER = "feed_json"
@@ -24,18 +46,28 @@ RENDERER = "feed_json"
 CONTENT_TYPE = "application/json"
 
 
-def _json_default(value: Any) -> Any:
-    """What Pyramid's ``json`` renderer does with an object JSON cannot hold:
-    its ``__json__()`` if it has one, else a :class:`TypeError`."""
+def json_value(value: Any) -> Any:
+    """The JSON form of a value JSON cannot hold (see the module's text);
+    :class:`TypeError` for a value that has none."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (ObjectId, uuid.UUID)):
+        return str(value)
+    if isinstance(value, Decimal128):
+        return str(value.to_decimal())
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, Timestamp):
+        return f"{value.time}.{value.inc:010d}"
     method = getattr(value, "__json__", None)
     if method is None:
-        raise TypeError(f"{value!r} is not JSON serializable")
+        raise TypeError(f"{type(value).__name__} value {value!r} is not JSON serializable")
     return method(None)
 
 
 def stdlib_dumps(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON, by the standard library."""
-    return json.dumps(value, separators=(",", ":"), default=_json_default).encode("utf-8")
+    return json.dumps(value, separators=(",", ":"), default=json_value).encode("utf-8")
 
 
 def _orjson_dumps() -> Callable[[Any], bytes] | None:
@@ -48,7 +80,7 @@ def _orjson_dumps() -> Callable[[Any], bytes] | None:
     encode = orjson.dumps
 
     def dumps(value: Any) -> bytes:
-        return encode(value, default=_json_default)
+        return encode(value, default=json_value)
 
     return dumps
 
@@ -77,6 +109,32 @@ class FeedJSONRenderer:
                 response = request.response
                 if response.content_type == response.default_content_type:
                     response.content_type = CONTENT_TYPE
-            return dumps(value)
+            try:
+                return dumps(value)
+            except (TypeError, ValueError) as error:  # orjson's JSONEncodeError is a TypeError
+                return self.unrenderable(value, request, error)
 
         return render
+
+    def unrenderable(self, value: Any, request: Any, error: Exception) -> bytes:
+        """The JSON 500 of a page holding a value no encoder renders: it
+        names the feed, the item and the field, and the error is logged."""
+        route = getattr(getattr(request, "matched_route", None), "name", None) or "feed"
+        where, field = "the page", "data"
+        items = value.get("data") if isinstance(value, dict) else None
+        for item in items if isinstance(items, list) else ():
+            for name, field_value in item.items() if isinstance(item, dict) else ():
+                try:
+                    self.dumps(field_value)
+                except (TypeError, ValueError):
+                    where, field = f"item {item.get('id')!r}", name
+                    break
+            else:
+                continue
+            break
+        description = f"{route}: field {field!r} of {where} cannot be rendered as JSON ({error})"
+        log.error("Feed page not rendered: %s", description)
+        if request is not None:
+            request.response.status_int = 500
+        body = {"status": "error", "errors": [{"location": "body", "name": field, "description": description}]}
+        return stdlib_dumps(body)

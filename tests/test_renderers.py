@@ -118,3 +118,77 @@ def test_feed_pages_are_the_same_with_either_renderer(two_apps: tuple[Any, Any])
     bad = fast.get("/api/2.5/tenders?limit=abc", status=400).json
     assert bad == slow.get("/api/2.5/tenders?limit=abc", status=400).json
     assert bad["errors"][0]["name"] == "limit"
+
+
+def _bson_values() -> list[tuple[str, Any, Any]]:
+    """(field, stored value, its JSON) for every type a listed field may hold."""
+    import uuid
+    from datetime import date, datetime, timedelta, timezone
+    from decimal import Decimal
+
+    from bson.decimal128 import Decimal128
+    from bson.objectid import ObjectId
+    from bson.timestamp import Timestamp
+
+    kyiv = timezone(timedelta(hours=2))
+    oid = ObjectId("0123456789abcdef01234567")
+    return [
+        ("naive", datetime(2024, 12, 15, 8, 40, 9), "2024-12-15T08:40:09"),
+        ("aware", datetime(2024, 12, 15, 8, 40, 9, 123456, tzinfo=kyiv), "2024-12-15T08:40:09.123456+02:00"),
+        ("day", date(2024, 12, 15), "2024-12-15"),
+        ("oid", oid, "0123456789abcdef01234567"),
+        ("amount", Decimal128("12345.6700"), "12345.6700"),
+        ("decimal", Decimal("0.10"), "0.10"),
+        ("stamp", Timestamp(1778583600, 7), "1778583600.0000000007"),
+        ("uid", uuid.UUID(int=5), "00000000-0000-0000-0000-000000000005"),
+        ("custom", WithJSON(), {"custom": "yes"}),
+    ]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
+def test_bson_values_render_the_same_with_either_encoder(fast: bool) -> None:
+    encode = json_encoder(prefer_fast=fast)
+    for name, stored, expected in _bson_values():
+        assert json.loads(encode({name: stored})) == {name: expected}, name
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
+def test_a_feed_page_with_dates_renders_and_an_unrenderable_value_is_a_named_500(
+    settings: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fast: bool
+) -> None:
+    """Dates stored by other tools (BSON dates come back as ``datetime``)
+    render as upstream's renderer writes them; a value no encoder renders is
+    a JSON 500 that names the feed, the item and the field, never a
+    traceback page."""
+    from datetime import datetime, timezone
+
+    app = _app(settings, fast, monkeypatch)
+    try:
+        store = app.app.registry.feed_store
+        collection = store.collection("tenders")
+        moment = datetime(2024, 12, 15, 8, 40, 9, tzinfo=timezone.utc)
+        for number in range(1):
+            collection.insert_one(
+                {
+                    "_id": f"{number:032x}",
+                    "public_modified": 1_700_000_000.0 + number,
+                    "is_public": True,
+                    "is_test": False,
+                    "status": "active",
+                    "dateModified": moment,
+                    "title": "t",
+                }
+            )
+        page = app.get("/api/2.5/tenders?limit=1").json
+        assert page["data"] == [{"id": "0" * 32, "dateModified": "2024-12-15T08:40:09+00:00"}]
+        monkeypatch.setattr(
+            store, "feed_page", lambda *a, **k: [dict(_id="1" * 32, public_modified=1.0, dateModified=object())]
+        )
+        response = app.get("/api/2.5/tenders", status=500)
+        assert response.content_type == "application/json"
+        error = response.json["errors"][0]
+        assert response.json["status"] == "error" and error["name"] == "dateModified"
+        assert "openprocurement_feed.tenders" in error["description"] and "'" + "1" * 32 + "'" in error["description"]
+        assert any("Feed page not rendered" in record.message for record in caplog.records)
+    finally:
+        app.app.registry.feed_store.close()
