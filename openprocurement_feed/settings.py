@@ -203,11 +203,7 @@ def parse_uri(where: str, value: str | None) -> str:
 
 def parse_watermark(where: str, value: str) -> float:
     """The watermark in seconds: a finite float >= 0 (0 disables it)."""
-    allowed = "expected a number of seconds >= 0 (0 disables the watermark)"
-    seconds = _number(float, where, value, allowed)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise _fail(where, value, allowed)
-    return seconds
+    return parse_non_negative_seconds(where, value, "expected a number of seconds >= 0 (0 disables the watermark)")
 
 
 def parse_bool(where: str, value: str) -> bool:
@@ -295,9 +291,8 @@ def parse_route_prefix(where: str, value: str) -> str:
     return prefix
 
 
-def parse_non_negative_seconds(where: str, value: str) -> float:
-    """A finite number of seconds >= 0."""
-    allowed = "expected a number of seconds >= 0"
+def parse_non_negative_seconds(where: str, value: str, allowed: str = "expected a number of seconds >= 0") -> float:
+    """A finite number of seconds >= 0 (``allowed``: what the error says is expected)."""
     seconds = _number(float, where, value, allowed)
     if not math.isfinite(seconds) or seconds < 0:
         raise _fail(where, value, allowed)
