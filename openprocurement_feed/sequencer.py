@@ -198,11 +198,15 @@ class CollectionSequencer:
     :param listing: the document fields the collection's feeds may show
         (:mod:`.listing`), copied into each entry.
     :param batch_size: the most events handled in one bulk write.
-    :param max_await_ms: how long one read of the stream waits for events.
+    :param max_await_ms: how long one read of the stream waits for events
+        (short: a batch is what the server holds when it is read, see
+        :meth:`_pace`).
     :param batch_seconds: the longest a batch reads on before its entries
         are written.
+    :param read_interval: the least time between the starts of two batches
+        (:meth:`_pace`).
     :param idle_seconds: the longest pause before reading a stream again
-        after reads that found nothing (:meth:`_pause_after_empty`).
+        after reads that found nothing.
     """
 
     def __init__(
@@ -211,8 +215,9 @@ class CollectionSequencer:
         scope_fields: Iterable[str] = (),
         listing: Iterable[str] = (),
         batch_size: int = 1000,
-        max_await_ms: int = 20,
+        max_await_ms: int = 1,
         batch_seconds: float = 0.05,
+        read_interval: float = 0.03,
         idle_seconds: float = 0.05,
         observe: bool = False,
         lag_window_seconds: float = 300.0,
@@ -231,6 +236,7 @@ class CollectionSequencer:
         self.max_await_ms = max_await_ms
         self.batch_seconds = batch_seconds
         self.idle_seconds = idle_seconds
+        self.read_interval = read_interval
         self.stats = SequencerStats()
         #: observe only: measure the lag, write no positions (watermark feeds)
         self.observe = observe
@@ -577,8 +583,9 @@ class CollectionSequencer:
         events or after ``batch_seconds``. Such a batch is not known to be
         caught up (a transaction's events may go on in the next reply), so
         its checkpoint stops short of its last event's time (:meth:`handle`).
-        Under load a batch costs one read and one bulk write, however many
-        events the reply holds: the database's own latency gathers them.
+        Paced by :meth:`_pace`, a batch costs two short reads (the events
+        the server holds, then one that finds nothing) and one bulk write,
+        however many events it holds.
         """
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + self.batch_seconds
@@ -660,21 +667,31 @@ class CollectionSequencer:
             if self.rematerializer is not None:
                 self.rematerializer.join(10.0)
 
-    def _pause_after_empty(self, empty: int, began: float, stopping: threading.Event) -> None:
-        """Wait before reading a stream again after ``empty`` reads in a row
-        found nothing: up to ``empty`` times ``max_await_ms`` from the last
-        read's start, at most ``idle_seconds``.
+    def _pace(self, events: int, empty: int, began: float, stopping: threading.Event) -> None:
+        """Wait before the next batch: until ``read_interval`` after this
+        one's start when it had events; after ``empty`` reads in a row that
+        found nothing, ``empty`` times that, at most ``idle_seconds``.
 
-        A server may end an awaited read early, with nothing, on any write
-        to the database (the embedded server wakes every waiting stream on
-        each write, its own positions writes included): without the pause a
-        quiet collection's stream would be read again on every write
-        elsewhere. Measured on the embedded server at 80 writes/s to one of
-        three followed collections, the sequencer's share of its CPU per
-        write fell by a third with the pause (3.7-4.0 ms to 2.3-2.5 ms),
-        with the same commit-to-checkpoint delay (median 38-40 ms).
+        A read of a stream waits only ``max_await_ms`` (a millisecond) on
+        the server, so a batch is what the server holds when it is read
+        plus one read that finds nothing (caught up: the checkpoint covers
+        the last event at once). Awaited reads cost more than they save: a
+        server wakes every waiting stream on each write to the database
+        (the embedded server does, its own positions writes included), so
+        a stream waiting 20 ms was read again on about every write and
+        each batch ended with a read woken by its own bulk write. Measured
+        on the embedded server under the seed's load (80 patches/s, one
+        embedded server, ``python -m benchmarks orders``), reads every
+        30 ms lowered the feed delay median from 104-127 ms to 77-82 ms
+        with about the same database CPU per patch. A quiet stream backs
+        off to ``idle_seconds``, so three idle collections cost about 60
+        short reads a second.
         """
-        wait = min(self.idle_seconds, empty * self.max_await_ms / 1000.0) - (time.monotonic() - began)
+        if events:
+            wait = self.read_interval - (time.monotonic() - began)
+        else:
+            step = max(self.max_await_ms / 1000.0, self.read_interval)
+            wait = min(self.idle_seconds, empty * step) - (time.monotonic() - began)
         if wait > 0:
             stopping.wait(wait)
 
@@ -689,8 +706,7 @@ class CollectionSequencer:
                         events, caught_up = self.read_batch(stream)
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
-                        if empty:
-                            self._pause_after_empty(empty, began, stopping)
+                        self._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise
             except PyMongoError as error:
