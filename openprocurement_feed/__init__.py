@@ -20,6 +20,9 @@
   commit-ordered feed has no checkpoint yet;
 * the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
   measured start-to-commit lag, the checkpoint and a verdict;
+* the probes for orchestrators at ``{feed.health_path}/live`` (no query) and
+  ``{feed.health_path}/ready`` (503 only while the database cannot be
+  reached), without a permission (:mod:`.probes`);
 * with ``feed.metrics_path`` set, ``registry.feed_metrics``, the Prometheus
   metrics view at that path and the tween that counts feed pages
   (:mod:`.metrics`, the ``metrics`` extra); nothing when it is empty;
@@ -65,6 +68,7 @@ from .offset import (
     parse_offset,
 )
 from .orders import COMMIT, FeedNotReady
+from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
 from .stores import HostStore, apply_numbers, set_feed_store
@@ -275,6 +279,8 @@ def includeme(config: Configurator) -> None:
         request_method="GET",
         permission=settings.health_permission,
     )
+    # Liveness and readiness probes for orchestrators, beside the verdict.
+    include_probes(config, settings.health_path)
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
         config.action(("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10)
