@@ -58,7 +58,7 @@ from .errors import (
     feed_not_ready_view,
     query_timeout_view,
 )
-from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
+from .health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
 from .listing import normalize
 from .offset import (
     InvalidOffset,
@@ -257,6 +257,7 @@ def includeme(config: Configurator) -> None:
         metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
         metrics.add_lag_window_hook(lambda: lag_windows(registry))
+        metrics.add_health_hook(lambda: feed_figures(registry))
     registry.feed_embedded = None
     registry.feed_store = None
     registry.feed_host_store = None
