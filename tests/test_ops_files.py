@@ -193,3 +193,144 @@ def test_promtool_parses_the_dashboard_queries(tmp_path: Path) -> None:
     path.write_text(json.dumps(rules), encoding="utf-8")  # JSON is YAML
     result = subprocess.run([tool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def test_the_production_ini_parses_with_the_settings_parser(caplog: pytest.LogCaptureFixture) -> None:
+    from pyramid.paster import get_appsettings
+
+    from openprocurement_feed.settings import parse_settings
+
+    with caplog.at_level("WARNING"):
+        settings = parse_settings(get_appsettings(str(EXAMPLES / "production.ini")), {})
+    assert not [record for record in caplog.records if "Unknown setting" in record.getMessage()]
+    assert "replicaSet=" in settings.uri and settings.uri.startswith("mongodb://")
+    assert (settings.read_preference, settings.write_concern) == ("primary", "majority")
+    assert (settings.order, settings.sequencer) == ("commit", "off")
+    assert settings.metrics_path == "/metrics"
+    assert settings.health_permission
+    assert settings.longpoll_max_waiters == 16
+    # the environment still wins (credentials stay out of the file)
+    uri = "mongodb://user:secret@localhost:27017/?replicaSet=rs0"
+    assert parse_settings(get_appsettings(str(EXAMPLES / "production.ini")), {"MONGODB_URI": uri}).uri == uri
+
+
+def test_the_production_ini_serves_the_demo_and_its_probes(mongodb_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ini loads as pserve and gunicorn --paste load it, on the test
+    database (MONGODB_URI), with the metrics on."""
+    from pyramid.paster import get_app
+
+    from openprocurement_feed import shutdown
+
+    monkeypatch.setenv("MONGODB_URI", mongodb_uri)
+    monkeypatch.setenv("DB_NAME", "ops_production_ini")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    app = get_app(str(EXAMPLES / "production.ini"))
+    web = TestApp(app)
+    try:
+        assert web.get("/api/2.5/feeds/health/live").json == {"status": "alive"}
+        assert web.get("/api/2.5/feeds/health/ready").json == {"status": "ready"}
+        assert "openprocurement_feed_pages_total" in web.get("/metrics").text
+        web.get("/api/2.5/tenders", status=503)  # commit order, no sequencer yet
+    finally:
+        app.registry.feed_store.db.client.drop_database("ops_production_ini")
+        shutdown(app.registry)
+
+
+def load_gunicorn_config(monkeypatch: pytest.MonkeyPatch, directory: Path) -> Any:
+    """examples/gunicorn.conf.py as gunicorn loads it (a Python file), with
+    ``PROMETHEUS_MULTIPROC_DIR`` pointing at ``directory``."""
+    import runpy
+    import types
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    return types.SimpleNamespace(**runpy.run_path(str(EXAMPLES / "gunicorn.conf.py")))
+
+
+def test_the_gunicorn_config_sets_several_threaded_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = load_gunicorn_config(monkeypatch, tmp_path / "metrics")
+    assert config.workers >= 2 and config.worker_class == "gthread"
+    assert config.threads >= 2 * 16, "twice feed.longpoll_max_waiters of production.ini"
+    assert config.graceful_timeout > 55, "above feed.longpoll_max_seconds"
+    assert config.preload_app is False
+    for hook in ("on_starting", "child_exit", "worker_exit", "on_exit"):
+        assert callable(getattr(config, hook)), hook
+
+
+def test_the_gunicorn_config_defaults_the_multiproc_dir(tmp_path: Path) -> None:
+    """Without the variable, the config sets it (under RUNTIME_DIRECTORY) for
+    the workers it forks."""
+    import os
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
+    env["RUNTIME_DIRECTORY"] = str(tmp_path)
+    code = (
+        "import runpy, os; runpy.run_path('examples/gunicorn.conf.py'); print(os.environ['PROMETHEUS_MULTIPROC_DIR'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "prometheus")
+
+
+def test_the_gunicorn_hooks_create_and_clean_the_metrics_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import types
+
+    directory = tmp_path / "metrics"
+    config = load_gunicorn_config(monkeypatch, directory)
+    assert not directory.exists()
+    config.on_starting(None)
+    assert directory.is_dir(), "created before the first worker"
+    # files as workers 101 and 102 leave them (prometheus_client's names)
+    for name in ("counter_101.db", "gauge_livesum_101.db", "counter_102.db", "gauge_livesum_102.db"):
+        (directory / name).write_bytes(b"")
+    (directory / "keep.txt").write_text("not ours")
+    config.child_exit(None, types.SimpleNamespace(pid=101))
+    left = sorted(path.name for path in directory.iterdir())
+    assert left == ["counter_101.db", "counter_102.db", "gauge_livesum_102.db", "keep.txt"], (
+        "the dead worker's live gauges are gone, its counters still count"
+    )
+    config.on_starting(None)  # a restart of the master: a clean slate
+    assert sorted(path.name for path in directory.iterdir()) == ["keep.txt"]
+    (directory / "counter_103.db").write_bytes(b"")
+    config.on_exit(None)
+    assert sorted(path.name for path in directory.iterdir()) == ["keep.txt"]
+
+
+def test_the_gunicorn_worker_exit_shuts_the_app_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import types
+
+    config = load_gunicorn_config(monkeypatch, tmp_path)
+    calls: list[Any] = []
+    monkeypatch.setattr("openprocurement_feed.shutdown", calls.append)
+    registry = object()
+    config.worker_exit(None, types.SimpleNamespace(wsgi=types.SimpleNamespace(registry=registry)))
+    config.worker_exit(None, types.SimpleNamespace())  # no app loaded yet: nothing to stop
+    assert calls == [registry]
+
+
+@pytest.mark.parametrize("unit", ["openprocurement-feed-web.service", "openprocurement-feed-sequencer.service"])
+def test_the_systemd_units(unit: str) -> None:
+    import configparser
+
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(EXAMPLES / "systemd" / unit, encoding="utf-8")
+    service = parser["Service"]
+    command = " ".join(service["ExecStart"].replace("\\", " ").split())
+    assert service["EnvironmentFile"].startswith("-/etc/openprocurement-feed/")
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
+    if "web" in unit:
+        assert "gunicorn --paste /etc/openprocurement-feed/production.ini" in command
+        assert "--config /etc/openprocurement-feed/gunicorn.conf.py" in command
+        assert service["RuntimeDirectory"] == "openprocurement-feed"
+        assert int(service["TimeoutStopSec"]) > 60, "above gunicorn's graceful_timeout"
+    else:
+        assert command.endswith("openprocurement-feed sequence --observe /etc/openprocurement-feed/production.ini")
+        assert service["Restart"] == "always" and service["KillSignal"] == "SIGTERM"
