@@ -17,7 +17,7 @@ empty :=
 space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
-.PHONY: run test lint matrix docs race bench load check-feed clean dist
+.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,20 @@ bench: $(STAMP_TEST)
 
 load: $(STAMP_TEST)
 	$(BIN)/python -m benchmarks load $(ARGS)
+
+# The Prometheus alert rules of ops/prometheus: syntax, then their unit tests.
+# Needs promtool (Debian/Ubuntu: apt-get install prometheus; or the
+# prometheus release tarball), not the virtualenv.
+PROMTOOL ?= $(shell command -v promtool)
+test-alerts:
+	@if [ -z "$(PROMTOOL)" ]; then \
+		echo "make test-alerts needs promtool, which is not installed." >&2; \
+		echo "Install the Debian/Ubuntu package 'prometheus' (sudo apt-get install prometheus)," >&2; \
+		echo "or set PROMTOOL=/path/to/promtool." >&2; \
+		exit 2; \
+	fi
+	$(PROMTOOL) check rules ops/prometheus/alerts.yml
+	cd ops/prometheus && $(PROMTOOL) test rules alerts_test.yml
 
 dist: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet build

@@ -26,6 +26,8 @@ TEST = [
     "pytest-cov>=5.0",
     "webtest>=3.0",
     "hypothesis>=6.90",
+    # tests/test_ops_files.py reads the Prometheus rules (ops/prometheus)
+    "pyyaml>=6.0",
     *EMBEDDED,
     *CLIENT,
     *DOCS,

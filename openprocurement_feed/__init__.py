@@ -20,6 +20,9 @@
   commit-ordered feed has no checkpoint yet;
 * the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
   measured start-to-commit lag, the checkpoint and a verdict;
+* the probes for orchestrators at ``{feed.health_path}/live`` (no query) and
+  ``{feed.health_path}/ready`` (503 only while the database cannot be
+  reached), without a permission (:mod:`.probes`);
 * with ``feed.metrics_path`` set, ``registry.feed_metrics``, the Prometheus
   metrics view at that path and the tween that counts feed pages
   (:mod:`.metrics`, the ``metrics`` extra); nothing when it is empty;
@@ -55,7 +58,7 @@ from .errors import (
     feed_not_ready_view,
     query_timeout_view,
 )
-from .health import VerdictLog, checkpoint_ages, health_view, lag_windows
+from .health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
 from .listing import normalize
 from .offset import (
     InvalidOffset,
@@ -65,6 +68,7 @@ from .offset import (
     parse_offset,
 )
 from .orders import COMMIT, FeedNotReady
+from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
 from .stores import HostStore, apply_numbers, set_feed_store
@@ -253,6 +257,7 @@ def includeme(config: Configurator) -> None:
         metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
         metrics.add_lag_window_hook(lambda: lag_windows(registry))
+        metrics.add_health_hook(lambda: feed_figures(registry))
     registry.feed_embedded = None
     registry.feed_store = None
     registry.feed_host_store = None
@@ -275,6 +280,8 @@ def includeme(config: Configurator) -> None:
         request_method="GET",
         permission=settings.health_permission,
     )
+    # Liveness and readiness probes for orchestrators, beside the verdict.
+    include_probes(config, settings.health_path)
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
         config.action(("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10)

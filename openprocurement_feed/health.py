@@ -248,6 +248,30 @@ def lag_windows(registry: Any) -> dict[str, dict[str, float]]:
     return windows
 
 
+def feed_figures(registry: Any) -> list[Any]:
+    """Metrics scrape hook: each feed's verdict, watcher age and checkpoint
+    distance (:class:`~.metrics.FeedFigures`), as the health view sees them
+    (without logging the verdicts' transitions)."""
+    from .metrics import FeedFigures
+
+    settings = registry.feed_settings
+    db = registry.feed_store.db
+    figures = []
+    for feed in registry.feed_definitions.values():
+        body = feed_health(db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
+        checkpoint = body["checkpoint"] or {}
+        figures.append(
+            FeedFigures(
+                feed=feed.name,
+                collection=feed.collection,
+                verdict=body["verdict"],
+                watcher_age=body["watcher"]["age_seconds"],
+                checkpoint_behind=checkpoint.get("behind_newest_write_seconds"),
+            )
+        )
+    return figures
+
+
 def health_report(registry: Any) -> dict[str, Any]:
     """The health body of every feed of ``registry``."""
     settings = registry.feed_settings

@@ -34,6 +34,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pyramid.config import Configurator
@@ -56,6 +57,9 @@ LONGPOLL_WAITERS = "openprocurement_feed_longpoll_waiters"
 LONGPOLL_WAKEUPS = "openprocurement_feed_longpoll_wakeups_total"
 LONGPOLL_TIMEOUTS = "openprocurement_feed_longpoll_timeouts_total"
 LONGPOLL_OVER_CAP = "openprocurement_feed_longpoll_over_cap_total"
+VERDICT = "openprocurement_feed_verdict"
+WATCHER_AGE = "openprocurement_feed_watcher_age_seconds"
+CHECKPOINT_BEHIND = "openprocurement_feed_checkpoint_behind_seconds"
 
 #: Page latency buckets: 1 ms to 5 s.
 PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -70,6 +74,30 @@ INSTALL_HINT = "pip install 'openprocurement_feed[metrics]'"
 AgeHook = Callable[[], Mapping[str, float | None]]
 #: A lag-window hook: per collection, ``{"p50": s, "p99": s, "max": s}``.
 WindowHook = Callable[[], Mapping[str, Mapping[str, float | None]]]
+
+
+@dataclass(frozen=True)
+class FeedFigures:
+    """What a health hook reports of one feed at a scrape.
+
+    :param verdict: the health view's verdict (``ok``, ``unknown``,
+        ``at-risk``, ``violated``);
+    :param watcher_age: seconds since a follower of the feed's collection
+        last published its figures (a sequencer or an observer publishes
+        about every second, quiet or not), None when none ever did;
+    :param checkpoint_behind: commit order: seconds the checkpoint trails
+        the newest public write (0 when caught up), None otherwise.
+    """
+
+    feed: str
+    collection: str
+    verdict: str
+    watcher_age: float | None = None
+    checkpoint_behind: float | None = None
+
+
+#: A health hook: the figures of every feed.
+HealthHook = Callable[[], Iterable[FeedFigures]]
 
 
 def quantile_label(key: str) -> str | None:
@@ -168,6 +196,7 @@ class FeedMetrics:
             self._source = MultiProcessCollector(None, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
         self._age_hooks: list[AgeHook] = []
         self._window_hooks: list[WindowHook] = []
+        self._health_hooks: list[HealthHook] = []
         # Label children cached per label values: ``labels()`` validates and
         # locks on every call, a dictionary hit does not.
         self._page_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
@@ -244,6 +273,26 @@ class FeedMetrics:
         with ``quantile`` 0.5, 0.99 and 1 (the maximum)."""
         self._window_hooks.append(hook)
 
+    def add_health_hook(self, hook: HealthHook) -> None:
+        """Call ``hook()`` at every scrape for the :class:`FeedFigures` of
+        every feed, reported as ``openprocurement_feed_verdict{feed,
+        verdict}`` (1 for the feed's verdict, 0 for the three others),
+        ``openprocurement_feed_watcher_age_seconds{collection}`` and
+        ``openprocurement_feed_checkpoint_behind_seconds{collection}``. Read
+        from the database, so every worker reports them alike; a hook that
+        raises is logged and skipped."""
+        self._health_hooks.append(hook)
+
+    def figures(self) -> list[FeedFigures]:
+        """The health hooks' figures (none from a hook that raised)."""
+        found: list[FeedFigures] = []
+        for hook in self._health_hooks:
+            try:
+                found.extend(hook())
+            except Exception as error:  # a scrape must not fail for one hook
+                log.warning("Metrics health hook %r failed: %s", hook, error)
+        return found
+
     def generate(self) -> bytes:
         """The Prometheus text exposition of these metrics."""
         from prometheus_client import generate_latest
@@ -302,6 +351,47 @@ class _ScrapeCollector:
                     if label is not None and seconds is not None:
                         family.add_metric([collection, label], float(seconds))
             yield family
+        figures = metrics.figures()
+        if figures:
+            yield from self._health_families(figures)
+
+    @staticmethod
+    def _health_families(figures: Iterable[FeedFigures]) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from .health import VERDICTS
+
+        verdict = GaugeMetricFamily(
+            VERDICT,
+            "The health view's verdict of a feed: 1 for its verdict, 0 for the others.",
+            labels=["feed", "verdict"],
+        )
+        watcher = GaugeMetricFamily(
+            WATCHER_AGE,
+            "Seconds since a follower (sequencer or observer) of the collection last published its figures.",
+            labels=["collection"],
+        )
+        behind = GaugeMetricFamily(
+            CHECKPOINT_BEHIND,
+            "Seconds a commit-ordered feed's checkpoint trails the newest public write of its collection.",
+            labels=["collection"],
+        )
+        collections: set[str] = set()
+        for item in figures:
+            for name in VERDICTS:
+                verdict.add_metric([item.feed, name], 1.0 if name == item.verdict else 0.0)
+            if item.collection in collections:
+                continue
+            collections.add(item.collection)
+            if item.watcher_age is not None:
+                watcher.add_metric([item.collection], float(item.watcher_age))
+            if item.checkpoint_behind is not None:
+                behind.add_metric([item.collection], float(item.checkpoint_behind))
+        yield verdict
+        if watcher.samples:
+            yield watcher
+        if behind.samples:
+            yield behind
 
     @staticmethod
     def _ages_family(samples: Iterable[Any], ages: Mapping[str, float]) -> Any:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,7 @@ def test_the_metrics_path_serves_the_named_metrics(app: Any) -> None:
         "openprocurement_feed_longpoll_wakeups": "counter",
         "openprocurement_feed_longpoll_timeouts": "counter",
         "openprocurement_feed_longpoll_over_cap": "counter",
+        "openprocurement_feed_verdict": "gauge",
     }
     assert "openprocurement_feed_pages_total{" in response.text
 
@@ -327,6 +329,62 @@ def test_a_missing_prometheus_client_stops_start_up(mongodb_uri: str) -> None:
 
 
 #: One worker process of the multi-process test: serves pages, optionally
+def test_the_health_hooks_report_verdicts_watcher_age_and_checkpoint_distance(app: Any) -> None:
+    from openprocurement_feed.metrics import FeedFigures
+
+    metrics = app.registry.feed_metrics
+    web = TestApp(app)
+    samples = scrape(web)
+    verdict = "openprocurement_feed_verdict"
+    for feed in ("tenders", "plans"):  # no watcher: unknown
+        assert value(samples, verdict, feed=feed, verdict="unknown") == 1
+        for other in ("ok", "at-risk", "violated"):
+            assert value(samples, verdict, feed=feed, verdict=other) == 0
+    assert not [key for key in samples if key[0].startswith("openprocurement_feed_watcher_age")]
+    assert not [key for key in samples if key[0].startswith("openprocurement_feed_checkpoint_behind")]
+
+    def failing() -> list[FeedFigures]:
+        raise RuntimeError("database down")
+
+    metrics.add_health_hook(failing)
+    metrics.add_health_hook(
+        lambda: [
+            FeedFigures("contracts", "contracts", "at-risk", watcher_age=42.0, checkpoint_behind=7.5),
+            FeedFigures("contracts_public", "contracts", "ok", watcher_age=1.0, checkpoint_behind=0.0),
+        ]
+    )
+    samples = scrape(web)
+    assert value(samples, verdict, feed="tenders", verdict="unknown") == 1, "a failing hook is skipped"
+    assert value(samples, verdict, feed="contracts", verdict="at-risk") == 1
+    assert value(samples, verdict, feed="contracts_public", verdict="ok") == 1
+    # per collection: the first feed of a collection gives its figures
+    assert value(samples, "openprocurement_feed_watcher_age_seconds", collection="contracts") == 42.0
+    assert value(samples, "openprocurement_feed_checkpoint_behind_seconds", collection="contracts") == 7.5
+
+
+def test_the_health_figures_of_a_running_sequencer(metrics_settings: dict[str, str]) -> None:
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+
+    web = TestApp(main({}, **dict(metrics_settings, **{"feed.order": "commit", "feed.sequencer": "thread"})))
+    registry = web.app.registry
+    try:
+        assert registry.feed_sequencer.wait_ready(timeout=30)
+        web.post_json("/api/2.5/tenders", {"data": {"title": "one"}})
+        deadline = time.monotonic() + 10
+        while web.get("/api/2.5/feeds/health").json["feeds"][0]["watcher"]["age_seconds"] is None:
+            assert time.monotonic() < deadline, "the sequencer published its figures"
+            time.sleep(0.2)
+        samples = scrape(web)
+        assert value(samples, "openprocurement_feed_verdict", feed="tenders", verdict="ok") == 1
+        age = value(samples, "openprocurement_feed_watcher_age_seconds", collection="tenders")
+        assert age is not None and 0 <= age < 10
+        behind = value(samples, "openprocurement_feed_checkpoint_behind_seconds", collection="tenders")
+        assert behind is not None and 0 <= behind < 5
+    finally:
+        shutdown(registry)
+
+
 #: records lag and checkpoint age, then optionally prints a scrape.
 WORKER = """
     import json, os, sys
