@@ -39,6 +39,7 @@ from __future__ import annotations
 from . import quiet as _quiet  # noqa: F401
 
 # isort: split
+import logging
 import os
 import traceback
 from datetime import datetime, timezone
@@ -70,6 +71,8 @@ from .settings import FeedSettings, parse_settings
 from .stores import HostStore, apply_numbers, set_feed_store
 from .tweens import TWEEN_NAME
 from .views import FeedDefinition, add_feed
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ConflictError",
@@ -224,6 +227,21 @@ def caller_info(note: str) -> tuple[str, int, str, str]:
     return ("<settings>", 0, "includeme", note)
 
 
+def warn_doubled_prefix(config_prefix: str | None, feed_prefix: str) -> None:
+    """Warn when ``feed.route_prefix`` repeats the ``Configurator``'s own
+    ``route_prefix`` (the feeds would answer at ``/api/2.5/api/2.5/...``)."""
+    outer = "/" + (config_prefix or "").strip("/")
+    if feed_prefix and outer == feed_prefix:
+        log.warning(
+            "feed.route_prefix %r repeats the Configurator's route_prefix %r: the feeds are served at %s/...; "
+            "set 'feed.route_prefix =' (empty) to serve them at %s/...",
+            feed_prefix,
+            outer,
+            outer + feed_prefix,
+            outer,
+        )
+
+
 def includeme(config: Configurator) -> None:
     """Parse the settings, create the store and add the ``add_feed`` directive.
 
@@ -242,6 +260,7 @@ def includeme(config: Configurator) -> None:
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    warn_doubled_prefix(config.route_prefix, settings.route_prefix)
     config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,
     # registry.feed_metrics, the metrics view and the feed tween; before the

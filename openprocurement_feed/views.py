@@ -51,6 +51,16 @@ def feed_route_name(name: str) -> str:
     return f"openprocurement_feed.{name}"
 
 
+def prefixed(config_prefix: str | None, path: str) -> str:
+    """``path`` under a ``Configurator``'s ``route_prefix``, joined the way
+    ``config.add_route`` joins them (with the leading ``/`` the route matches
+    with; an included configuration keeps its prefix without it)."""
+    outer = (config_prefix or "").strip("/")
+    if not outer:
+        return path
+    return "/" + outer + "/" + path.lstrip("/")
+
+
 @dataclass(frozen=True)
 class FeedDefinition:
     """One registered feed.
@@ -70,6 +80,9 @@ class FeedDefinition:
     order: str = "watermark"
     #: how items are shown, and to whom (:mod:`.restricted`)
     policy: ItemPolicy = field(default_factory=ItemPolicy)
+    #: the URL path the feed is served at: ``feed.route_prefix`` and
+    #: ``path`` under the ``Configurator``'s own ``route_prefix``
+    route_path: str = ""
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
@@ -325,6 +338,7 @@ def add_feed(
         policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
+    full_path = f"{settings.route_prefix}/{path}"
     feed = FeedDefinition(
         name=name,
         path=path,
@@ -336,8 +350,8 @@ def add_feed(
         permission=permission,
         order=order,
         policy=policy,
+        route_path=prefixed(config.route_prefix, full_path),
     )
-    full_path = f"{settings.route_prefix}/{feed.path}"
     service = Service(
         name=feed_route_name(name),
         path=full_path,
@@ -352,7 +366,7 @@ def add_feed(
     )
     registry = config.registry
     claim(config, (DISCRIMINATOR, name))
-    claim(config, (PATH_DISCRIMINATOR, route_shape(full_path)))
+    claim(config, (PATH_DISCRIMINATOR, route_shape(feed.route_path)))
     config.add_cornice_service(service)
     registry.feed_definitions[name] = feed
 
@@ -365,7 +379,7 @@ def add_feed(
         log.info(
             "Feed %r: GET %s, collection %r, %s order, W = %s s%s",
             name,
-            full_path,
+            feed.route_path,
             feed.collection,
             feed.order,
             settings.watermark_seconds,
