@@ -6,7 +6,8 @@
 * ``request.feed_now`` — the request's time, which ``save_data`` stamps
   ``dateModified`` with;
 * ``registry.feed_store`` / ``request.feed_store`` — when the configuration
-  is committed, a :class:`~.database.FeedStore` (the embedded database is
+  is committed (under ``Configurator(autocommit=True)``: when the
+  application is created, :mod:`.startup`), a :class:`~.database.FeedStore` (the embedded database is
   started first when ``mongodb.uri = embedded://``; its handle is
   ``registry.feed_embedded``), or the host's own store given to the
   ``config.set_feed_store(store, collection=...)`` directive
@@ -68,6 +69,7 @@ from .offset import (
 from .orders import COMMIT, FeedNotReady
 from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
+from .startup import defer
 from .stores import HostStore, apply_numbers, set_feed_store
 from .tweens import TWEEN_NAME
 from .views import FeedDefinition, add_feed
@@ -275,10 +277,12 @@ def includeme(config: Configurator) -> None:
     registry.feed_embedded = None
     registry.feed_store = None
     registry.feed_host_store = None
-    # Deferred, so that the host may still call config.set_feed_store.
-    config.action(None, _create_store, args=(registry,), order=-10)
+    # Deferred until the configuration is complete (also under an
+    # autocommitting Configurator, .startup), so that the host may still call
+    # config.set_feed_store: no client, no embedded server before then.
+    defer(config, lambda: _create_store(registry), order=-10)
     registry.feed_longpoll = None
-    config.action(None, _create_longpoll, args=(registry,), order=-5)
+    defer(config, lambda: _create_longpoll(registry), order=-5)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
@@ -296,7 +300,7 @@ def includeme(config: Configurator) -> None:
     )
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
-        config.action(("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10)
+        defer(config, lambda: _start_sequencer(registry), order=10, discriminator=("openprocurement_feed.sequencer",))
     if settings.resources:
         info = caller_info(f"feed.resources = {' '.join(settings.resources)}")
         for name in settings.resources:

@@ -36,6 +36,7 @@ from .orders import (
 from .params import FeedParams, ParamError, parse_params
 from .renderers import RENDERER
 from .restricted import ItemPolicy, ItemView
+from .startup import defer
 
 DISCRIMINATOR = "openprocurement_feed.feed"
 #: The discriminator prefix of a feed's path: two feeds on one path conflict.
@@ -386,7 +387,7 @@ def add_feed(
             ", restricted" if policy.restricted else "",
         )
 
-    config.action(None, start, order=5)
+    defer(config, start, order=5)
     return feed
 
 
