@@ -34,6 +34,7 @@ from .orders import (
     positions_name,
 )
 from .params import FeedParams, ParamError, parse_params
+from .placement import place_feed_route
 from .renderers import RENDERER
 from .restricted import ItemPolicy, ItemView
 from .startup import defer
@@ -293,6 +294,7 @@ def add_feed(
     safe_fields: Sequence[str] = ("dateModified",),
     masks: Mapping[str, Any] | None = None,
     item_view: ItemView | None = None,
+    replaces: str | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -318,6 +320,15 @@ def add_feed(
     :param masks: field → the value a restricted item shows instead.
     :param item_view: ``item_view(request, row, fields) -> dict``: the
         host's rendering of the items shown in full.
+    :param replaces: the name of the host's route or cornice service (for a
+        cornice resource, its name: the service of its ``collection_path``)
+        whose ``GET`` the feed takes over: the feed's route is put in that
+        route's place and carries ``request_method="GET"``, the other
+        methods stay with the host (:mod:`.placement`).
+
+    Once every route exists, a route added before the feed that takes every
+    ``GET`` of its path (unless ``replaces`` names it) is a configuration
+    error naming that route.
 
     Registering the same ``name`` twice, or two feeds on the same path, is a
     configuration conflict reported at the callers' lines.
@@ -353,10 +364,15 @@ def add_feed(
         policy=policy,
         route_path=prefixed(config.route_prefix, full_path),
     )
+    if replaces is not None and (not isinstance(replaces, str) or not replaces):
+        raise ConfigurationError(f"add_feed({name!r}): replaces={replaces!r}; expected the name of a route")
     service = Service(
         name=feed_route_name(name),
         path=full_path,
         description=f"The {name} feed",
+        # the route predicate: the host's route in the feed's place keeps
+        # every other method
+        **({"request_method": "GET"} if replaces else {}),
     )
     service.add_view(
         "GET",
@@ -368,8 +384,17 @@ def add_feed(
     registry = config.registry
     claim(config, (DISCRIMINATOR, name))
     claim(config, (PATH_DISCRIMINATOR, route_shape(feed.route_path)))
+    services = registry.cornice_services
+    service_key = (config.route_prefix or "") + full_path
+    host_service = services.get(service_key)
     config.add_cornice_service(service)
+    if replaces and host_service is not None:
+        # cornice finds a route's service by its path first: the host's
+        # service keeps its path (its CORS and fallback for the other methods)
+        services[service_key] = host_service
     registry.feed_definitions[name] = feed
+    # after the routes are connected (order 0), before the feed starts
+    defer(config, lambda: place_feed_route(registry, name, feed_route_name(name), replaces), order=1)
 
     def start() -> None:
         store = registry.feed_store
