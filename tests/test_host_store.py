@@ -56,6 +56,16 @@ def test_the_host_store_serves_unscoped_and_scoped_feeds(host: tuple[Any, str]) 
     assert doc["is_public"] is True and doc["is_test"] is False
 
 
+def test_the_tenders_feed_sits_in_place_of_the_hosts_listing(host: tuple[Any, str]) -> None:
+    from pyramid.interfaces import IRoutesMapper
+
+    app, url = host
+    names = [route.name for route in app.registry.getUtility(IRoutesMapper).get_routes()]
+    assert names.index("openprocurement_feed.tenders") == names.index("collection_Tenders") - 1
+    status, page = get_json(f"{url}/api/2.5/tenders")
+    assert status == 200 and "next_page" in page  # the feed, not the host's listing
+
+
 class PlainStore:
     """A store without the mixin."""
 
