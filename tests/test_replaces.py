@@ -274,3 +274,67 @@ def test_a_scoped_feed_replaces_a_scoped_host_route(settings: dict[str, str], ap
     web = TestApp(app)
     assert web.get("/api/2.5/frameworks/a/submissions").json["data"] == []
     assert web.post_json("/api/2.5/frameworks/a/submissions", {}).json == {"host": "created"}
+
+
+def upstream_resources(config: Configurator) -> None:
+    """Upstream's own shape (openprocurement.api 1.0.274): the listing
+    resource ``Tenders`` on ``/tenders`` limited to ``GET``, and one resource
+    per procedure type whose collection route takes the ``POST`` of its
+    ``procurementMethodType``."""
+
+    class BelowThresholdTenderResource:
+        def __init__(self, request: Request, context: Any = None) -> None:
+            self.request = request
+
+        def collection_post(self) -> dict[str, Any]:
+            self.request.response.status = 201
+            return {"host": "created"}
+
+    class TendersListResource:
+        def __init__(self, request: Request, context: Any = None) -> None:
+            self.request = request
+
+        def get(self) -> dict[str, Any]:
+            return {"host": "listing"}
+
+    config.add_route_predicate("procurementMethodType", ProcurementMethodType)
+    add_fillers(config, "before")
+    config.add_cornice_resource(
+        add_resource(
+            BelowThresholdTenderResource,
+            name="belowThreshold:Tenders",
+            collection_path="/tenders",
+            path="/tenders/{tender_id}",
+            procurementMethodType="belowThreshold",
+        )
+    )
+    config.add_cornice_resource(
+        add_resource(TendersListResource, name="Tenders", path="/tenders", request_method=("GET",))
+    )
+    add_fillers(config, "after")
+
+
+def test_upstreams_own_shape(settings: dict[str, str], apps: list[Any]) -> None:
+    # autocommit only, as upstream: cornice reads the route predicates
+    # registered when it adds a service
+    config = upstream_config(settings, autocommit=True)
+    upstream_resources(config)
+    config.add_feed("tenders", replaces="Tenders")
+    app = config.make_wsgi_app()
+    apps.append(app)
+    web = TestApp(app)
+    assert "next_page" in web.get("/api/2.5/tenders").json
+    created = web.post_json("/api/2.5/tenders", {"data": {"procurementMethodType": "belowThreshold"}}, status=201)
+    assert created.json == {"host": "created"}
+    names = route_names(app)
+    assert names.index(FEED_ROUTE) == names.index("Tenders") - 1
+
+
+def test_upstreams_own_shape_without_replaces_names_the_listing(settings: dict[str, str]) -> None:
+    config = upstream_config(settings, autocommit=True)
+    upstream_resources(config)
+    config.add_feed("tenders")
+    with pytest.raises(ConfigurationError) as caught:
+        config.make_wsgi_app()
+    # the procedure's collection route (a custom predicate) is not named
+    assert "is served by the route 'Tenders' (pattern '/api/2.5/tenders'), added before the feed" in str(caught.value)
