@@ -1,14 +1,21 @@
 """An existing openprocurement-style API that adopts the feed with its own store.
 
-Shaped like upstream's: one ``MongodbStore`` (one ``MongoClient``) kept as
-``registry.mongodb``, whose ``list``/``save_data`` take the pymongo
-collection, and per-resource collection classes on top. Adopting the feed
-takes three lines: mix :class:`~openprocurement_feed.FeedStoreMixin` into the
-store class, include the package, hand the store to ``config.set_feed_store``.
+Shaped like upstream's: an autocommitting ``Configurator`` with
+``route_prefix="/api/2.5"``, one ``MongodbStore`` (one ``MongoClient``) kept
+as ``registry.mongodb``, whose ``list``/``save_data`` take the pymongo
+collection, per-resource collection classes on top, and a cornice resource
+``Tenders`` serving ``POST`` (create) and ``GET`` (its own listing) on
+``/tenders``. Adopting the feed takes a few lines: mix
+:class:`~openprocurement_feed.FeedStoreMixin` into the store class, include
+the package, hand the store to ``config.set_feed_store``, set
+``feed.route_prefix`` empty (the ``Configurator`` has the prefix), and let
+each feed take over its listing's ``GET``:
+``config.add_feed("tenders", ..., replaces="Tenders")``.
 
 Resources:
 
-* ``POST/GET/PATCH {prefix}/tenders[/{id}]`` and the ``tenders`` feed,
+* ``POST/PATCH {prefix}/tenders[/{tender_id}]`` (the host's ``Tenders``
+  resource) and the ``tenders`` feed, which serves its ``GET`` in its place,
   restricted (a tender posted with ``"config": {"restricted": true}`` shows
   only ``id``, ``restricted`` and ``dateModified`` to everyone but its
   owner, the user who posted it);
@@ -30,6 +37,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from cornice.resource import add_resource
 from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
@@ -155,12 +163,35 @@ def create_tender(request: Request) -> dict[str, Any]:
 
 def patch_tender(request: Request) -> dict[str, Any]:
     tenders = request.registry.mongodb.tenders
-    doc = tenders.collection.find_one({"_id": request.matchdict["id"]})
+    doc = tenders.collection.find_one({"_id": request.matchdict["tender_id"]})
     if doc is None:
         request.response.status = 404
         return {"status": "error"}
     doc.update(request.json_body["data"])
     return {"data": public(tenders.save(doc))}
+
+
+class TendersResource:
+    """Upstream's ``Tenders`` resource: ``POST /tenders`` creates, ``GET
+    /tenders`` is the host's own listing, ``PATCH /tenders/{tender_id}``
+    updates. The ``tenders`` feed takes over the listing's ``GET``
+    (``replaces="Tenders"``); the other methods stay here."""
+
+    def __init__(self, request: Request, context: Any = None) -> None:
+        self.request = request
+
+    def collection_post(self) -> dict[str, Any]:
+        return create_tender(self.request)
+
+    def collection_get(self) -> dict[str, Any]:
+        # the listing the feed replaces (never reached once it does)
+        return {"data": [{"id": doc["_id"]} for doc in self.request.registry.mongodb.tenders.collection.find()]}
+
+    def patch(self) -> dict[str, Any]:
+        return patch_tender(self.request)
+
+
+add_resource(TendersResource, name="Tenders", collection_path="/tenders", path="/tenders/{tender_id}")
 
 
 def create_submission(request: Request) -> dict[str, Any]:
@@ -178,7 +209,10 @@ def create_submission(request: Request) -> dict[str, Any]:
 
 def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
     """The WSGI application."""
-    config = Configurator(settings=settings)
+    # The Configurator has the prefix: the feeds get none of their own (the
+    # ini's "feed.route_prefix =").
+    settings = {"feed.route_prefix": "", **settings}
+    config = Configurator(settings=settings, autocommit=True, route_prefix=PREFIX)
     config.set_security_policy(BasicAuthPolicy(settings.get("auth.users", "")))
     config.include("openprocurement_feed")
 
@@ -189,16 +223,20 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
     config.registry.mongodb = store
     config.set_feed_store(store, collection=lambda store, name: store.collection_named(name))
 
-    config.add_route("tenders.create", f"{PREFIX}/tenders", request_method="POST")
-    config.add_route("tender", f"{PREFIX}/tenders/{{id}}")
-    config.add_route("submissions.create", f"{PREFIX}/frameworks/{{framework_id}}/submissions", request_method="POST")
-    config.add_view(create_tender, route_name="tenders.create", renderer="json")
-    config.add_view(patch_tender, route_name="tender", request_method="PATCH", renderer="json")
+    # The host's own resources and routes, as before.
+    config.add_cornice_resource(TendersResource)
+    config.add_route("submissions.create", "/frameworks/{framework_id}/submissions", request_method="POST")
     config.add_view(create_submission, route_name="submissions.create", renderer="json")
 
-    # The feeds (after the POST routes on the same paths).
+    # The feeds: "tenders" takes over the GET of the Tenders resource, in its
+    # place among the routes; POST and PATCH stay with the resource.
     config.add_feed(
-        "tenders", allowed_fields=TENDER_FIELDS, restricted=True, owner_fields=("owner",), safe_fields=("dateModified",)
+        "tenders",
+        allowed_fields=TENDER_FIELDS,
+        restricted=True,
+        owner_fields=("owner",),
+        safe_fields=("dateModified",),
+        replaces="Tenders",
     )
     config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"), restricted=True)
     config.add_feed(

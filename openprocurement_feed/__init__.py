@@ -6,7 +6,8 @@
 * ``request.feed_now`` — the request's time, which ``save_data`` stamps
   ``dateModified`` with;
 * ``registry.feed_store`` / ``request.feed_store`` — when the configuration
-  is committed, a :class:`~.database.FeedStore` (the embedded database is
+  is committed (under ``Configurator(autocommit=True)``: when the
+  application is created, :mod:`.startup`), a :class:`~.database.FeedStore` (the embedded database is
   started first when ``mongodb.uri = embedded://``; its handle is
   ``registry.feed_embedded``), or the host's own store given to the
   ``config.set_feed_store(store, collection=...)`` directive
@@ -42,6 +43,7 @@ from __future__ import annotations
 from . import quiet as _quiet  # noqa: F401
 
 # isort: split
+import logging
 import os
 import traceback
 from datetime import datetime, timezone
@@ -71,9 +73,12 @@ from .orders import COMMIT, FeedNotReady
 from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer
 from .settings import FeedSettings, parse_settings
+from .startup import defer
 from .stores import HostStore, apply_numbers, set_feed_store
 from .tweens import TWEEN_NAME
 from .views import FeedDefinition, add_feed
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ConflictError",
@@ -228,6 +233,21 @@ def caller_info(note: str) -> tuple[str, int, str, str]:
     return ("<settings>", 0, "includeme", note)
 
 
+def warn_doubled_prefix(config_prefix: str | None, feed_prefix: str) -> None:
+    """Warn when ``feed.route_prefix`` repeats the ``Configurator``'s own
+    ``route_prefix`` (the feeds would answer at ``/api/2.5/api/2.5/...``)."""
+    outer = "/" + (config_prefix or "").strip("/")
+    if feed_prefix and outer == feed_prefix:
+        log.warning(
+            "feed.route_prefix %r repeats the Configurator's route_prefix %r: the feeds are served at %s/...; "
+            "set 'feed.route_prefix =' (empty) to serve them at %s/...",
+            feed_prefix,
+            outer,
+            outer + feed_prefix,
+            outer,
+        )
+
+
 def includeme(config: Configurator) -> None:
     """Parse the settings, create the store and add the ``add_feed`` directive.
 
@@ -246,6 +266,7 @@ def includeme(config: Configurator) -> None:
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    warn_doubled_prefix(config.route_prefix, settings.route_prefix)
     config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,
     # registry.feed_metrics, the metrics view and the feed tween; before the
@@ -261,10 +282,12 @@ def includeme(config: Configurator) -> None:
     registry.feed_embedded = None
     registry.feed_store = None
     registry.feed_host_store = None
-    # Deferred, so that the host may still call config.set_feed_store.
-    config.action(None, _create_store, args=(registry,), order=-10)
+    # Deferred until the configuration is complete (also under an
+    # autocommitting Configurator, .startup), so that the host may still call
+    # config.set_feed_store: no client, no embedded server before then.
+    defer(config, lambda: _create_store(registry), order=-10)
     registry.feed_longpoll = None
-    config.action(None, _create_longpoll, args=(registry,), order=-5)
+    defer(config, lambda: _create_longpoll(registry), order=-5)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
@@ -284,7 +307,7 @@ def includeme(config: Configurator) -> None:
     include_probes(config, settings.health_path)
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
-        config.action(("openprocurement_feed.sequencer",), _start_sequencer, args=(registry,), order=10)
+        defer(config, lambda: _start_sequencer(registry), order=10, discriminator=("openprocurement_feed.sequencer",))
     if settings.resources:
         info = caller_info(f"feed.resources = {' '.join(settings.resources)}")
         for name in settings.resources:

@@ -279,7 +279,7 @@ def health_report(registry: Any) -> dict[str, Any]:
     feeds = []
     for feed in registry.feed_definitions.values():
         item = feed_health(store.db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
-        item["path"] = f"{settings.route_prefix}/{feed.path}"
+        item["path"] = feed.route_path or f"{settings.route_prefix}/{feed.path}"
         notifier = getattr(registry, "feed_longpoll", None)
         if notifier is not None:
             # this process's waiters (feed=longpoll, SPEC E)

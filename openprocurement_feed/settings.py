@@ -168,7 +168,9 @@ def _raw(name: str, settings: Mapping[str, Any], environ: Mapping[str, str]) -> 
         return f"setting {spec.key!r}", spec.default
     if str(value).strip() == "":
         if spec.empty_ok:
-            return f"setting {spec.key!r}", spec.default
+            # an empty value is a value: "off", "none", or (feed.route_prefix)
+            # no prefix of the feed's own
+            return f"setting {spec.key!r}", ""
         allowed = f"remove the line for the default ({spec.default})" if spec.default else "set a value"
         raise ConfigurationError(f"Empty setting {spec.key!r}; {allowed}.")
     return f"setting {spec.key!r}", str(value).strip()
@@ -284,7 +286,12 @@ def parse_choice(where: str, value: str, choices: tuple[str, ...]) -> str:
 
 
 def parse_route_prefix(where: str, value: str) -> str:
-    """A URL path prefix such as ``/api/2.5`` (no trailing slash; may be empty)."""
+    """A URL path prefix such as ``/api/2.5`` (no trailing slash).
+
+    Empty (or ``/``) is a real value: the feeds get no prefix of their own,
+    for a host whose ``Configurator(route_prefix=...)`` already puts one
+    before every route it adds (the include's routes among them).
+    """
     prefix = value.rstrip("/")
     if not ROUTE_PREFIX_RE.match(prefix):
         raise _fail(where, value, "expected a path such as /api/2.5")

@@ -231,10 +231,25 @@ def set_feed_store(
     missing method or number); its ``watermark_seconds``, ``max_limit`` and
     ``max_time_ms`` are set from the feed settings; each feed's collection
     is checked through ``collection`` when the configuration is committed.
-    The include then creates no client, and starts no embedded server.
-    Calling it twice is a configuration conflict.
+    The include then creates no client, and starts no embedded server: it
+    creates its own store only when the configuration is complete (at
+    commit, or under ``Configurator(autocommit=True)`` when the application
+    is created, :mod:`.startup`), so this directive may come anywhere before
+    that, after the include included. Calling it twice is a configuration
+    conflict (an error at once under autocommit); calling it after the
+    package's own store was created is an error.
     """
     registry = config.registry
+    created = getattr(registry, "feed_store", None)
+    if created is not None and not isinstance(created, HostStore):
+        raise ConfigurationError(
+            f"set_feed_store: the feed store was already created ({type(created).__name__}, when the "
+            "configuration was committed); call config.set_feed_store before config.commit() "
+            "and config.make_wsgi_app()."
+        )
+    if config.autocommit and getattr(registry, "feed_host_store", None) is not None:
+        # a committing configuration reports this as a conflict at commit
+        raise ConfigurationError("set_feed_store: called twice; hand the feeds one store.")
     backend = HostStore(store, collection, database)
     apply_numbers(store, registry.feed_settings)
 

@@ -34,8 +34,10 @@ from .orders import (
     positions_name,
 )
 from .params import FeedParams, ParamError, parse_params
+from .placement import place_feed_route
 from .renderers import RENDERER
 from .restricted import ItemPolicy, ItemView
+from .startup import defer
 
 DISCRIMINATOR = "openprocurement_feed.feed"
 #: The discriminator prefix of a feed's path: two feeds on one path conflict.
@@ -49,6 +51,16 @@ log = logging.getLogger(__name__)
 def feed_route_name(name: str) -> str:
     """The route (and cornice service) name of feed ``name``."""
     return f"openprocurement_feed.{name}"
+
+
+def prefixed(config_prefix: str | None, path: str) -> str:
+    """``path`` under a ``Configurator``'s ``route_prefix``, joined the way
+    ``config.add_route`` joins them (with the leading ``/`` the route matches
+    with; an included configuration keeps its prefix without it)."""
+    outer = (config_prefix or "").strip("/")
+    if not outer:
+        return path
+    return "/" + outer + "/" + path.lstrip("/")
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,9 @@ class FeedDefinition:
     order: str = "watermark"
     #: how items are shown, and to whom (:mod:`.restricted`)
     policy: ItemPolicy = field(default_factory=ItemPolicy)
+    #: the URL path the feed is served at: ``feed.route_prefix`` and
+    #: ``path`` under the ``Configurator``'s own ``route_prefix``
+    route_path: str = ""
 
     def __post_init__(self) -> None:
         allowed = set(self.allowed_fields) | set(self.default_fields) | {PUBLIC_MODIFIED}
@@ -279,6 +294,7 @@ def add_feed(
     safe_fields: Sequence[str] = ("dateModified",),
     masks: Mapping[str, Any] | None = None,
     item_view: ItemView | None = None,
+    replaces: str | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -304,6 +320,15 @@ def add_feed(
     :param masks: field → the value a restricted item shows instead.
     :param item_view: ``item_view(request, row, fields) -> dict``: the
         host's rendering of the items shown in full.
+    :param replaces: the name of the host's route or cornice service (for a
+        cornice resource, its name: the service of its ``collection_path``)
+        whose ``GET`` the feed takes over: the feed's route is put in that
+        route's place and carries ``request_method="GET"``, the other
+        methods stay with the host (:mod:`.placement`).
+
+    Once every route exists, a route added before the feed that takes every
+    ``GET`` of its path (unless ``replaces`` names it) is a configuration
+    error naming that route.
 
     Registering the same ``name`` twice, or two feeds on the same path, is a
     configuration conflict reported at the callers' lines.
@@ -325,6 +350,7 @@ def add_feed(
         policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
+    full_path = f"{settings.route_prefix}/{path}"
     feed = FeedDefinition(
         name=name,
         path=path,
@@ -336,12 +362,17 @@ def add_feed(
         permission=permission,
         order=order,
         policy=policy,
+        route_path=prefixed(config.route_prefix, full_path),
     )
-    full_path = f"{settings.route_prefix}/{feed.path}"
+    if replaces is not None and (not isinstance(replaces, str) or not replaces):
+        raise ConfigurationError(f"add_feed({name!r}): replaces={replaces!r}; expected the name of a route")
     service = Service(
         name=feed_route_name(name),
         path=full_path,
         description=f"The {name} feed",
+        # the route predicate: the host's route in the feed's place keeps
+        # every other method
+        **({"request_method": "GET"} if replaces else {}),
     )
     service.add_view(
         "GET",
@@ -352,9 +383,18 @@ def add_feed(
     )
     registry = config.registry
     claim(config, (DISCRIMINATOR, name))
-    claim(config, (PATH_DISCRIMINATOR, route_shape(full_path)))
+    claim(config, (PATH_DISCRIMINATOR, route_shape(feed.route_path)))
+    services = registry.cornice_services
+    service_key = (config.route_prefix or "") + full_path
+    host_service = services.get(service_key)
     config.add_cornice_service(service)
+    if replaces and host_service is not None:
+        # cornice finds a route's service by its path first: the host's
+        # service keeps its path (its CORS and fallback for the other methods)
+        services[service_key] = host_service
     registry.feed_definitions[name] = feed
+    # after the routes are connected (order 0), before the feed starts
+    defer(config, lambda: place_feed_route(registry, name, feed_route_name(name), replaces), order=1)
 
     def start() -> None:
         store = registry.feed_store
@@ -365,14 +405,14 @@ def add_feed(
         log.info(
             "Feed %r: GET %s, collection %r, %s order, W = %s s%s",
             name,
-            full_path,
+            feed.route_path,
             feed.collection,
             feed.order,
             settings.watermark_seconds,
             ", restricted" if policy.restricted else "",
         )
 
-    config.action(None, start, order=5)
+    defer(config, start, order=5)
     return feed
 
 

@@ -5,14 +5,17 @@ store or accessor that does not fit fails at configuration time."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
+from pymongo import MongoClient, monitoring
 from pyramid.config import Configurator
-from pyramid.exceptions import ConfigurationError
+from pyramid.exceptions import ConfigurationError, ConfigurationExecutionError
 from upstream_example import BROKER, load_example, post, served_example
+from webtest import TestApp
 
+from openprocurement_feed import FeedStore, shutdown
 from openprocurement_feed.testing import crawl, get_json, wait_visible
 
 
@@ -51,6 +54,16 @@ def test_the_host_store_serves_unscoped_and_scoped_feeds(host: tuple[Any, str]) 
     doc = store.tenders.collection.find_one({"_id": tenders[0]})
     assert doc["dateModified"] and doc["dateCreated"] and doc["_rev"].startswith("1-")
     assert doc["is_public"] is True and doc["is_test"] is False
+
+
+def test_the_tenders_feed_sits_in_place_of_the_hosts_listing(host: tuple[Any, str]) -> None:
+    from pyramid.interfaces import IRoutesMapper
+
+    app, url = host
+    names = [route.name for route in app.registry.getUtility(IRoutesMapper).get_routes()]
+    assert names.index("openprocurement_feed.tenders") == names.index("collection_Tenders") - 1
+    status, page = get_json(f"{url}/api/2.5/tenders")
+    assert status == 200 and "next_page" in page  # the feed, not the host's listing
 
 
 class PlainStore:
@@ -229,3 +242,168 @@ def test_a_store_assigned_to_the_registry_is_served_or_refused(
     config.add_feed("tenders")
     with pytest.raises(ConfigurationError, match="PlainStore lacks feed_page"):
         config.commit()
+
+
+class PoolCounter(monitoring.ConnectionPoolListener):
+    """Counts the connection pools opened by clients created after it was
+    registered (a client opens one pool per server it knows, at creation)."""
+
+    def __init__(self) -> None:
+        self.active = True
+        self.created = 0
+
+    def pool_created(self, event: monitoring.PoolCreatedEvent) -> None:
+        if self.active:
+            self.created += 1
+
+    def pool_ready(self, event: monitoring.PoolReadyEvent) -> None: ...
+    def pool_cleared(self, event: monitoring.PoolClearedEvent) -> None: ...
+    def pool_closed(self, event: monitoring.PoolClosedEvent) -> None: ...
+    def connection_created(self, event: monitoring.ConnectionCreatedEvent) -> None: ...
+    def connection_ready(self, event: monitoring.ConnectionReadyEvent) -> None: ...
+    def connection_closed(self, event: monitoring.ConnectionClosedEvent) -> None: ...
+    def connection_check_out_started(self, event: monitoring.ConnectionCheckOutStartedEvent) -> None: ...
+    def connection_check_out_failed(self, event: monitoring.ConnectionCheckOutFailedEvent) -> None: ...
+    def connection_checked_out(self, event: monitoring.ConnectionCheckedOutEvent) -> None: ...
+    def connection_checked_in(self, event: monitoring.ConnectionCheckedInEvent) -> None: ...
+
+
+@pytest.fixture
+def pools() -> Iterator[PoolCounter]:
+    """A pool counter listening to every client created during the test."""
+    counter = PoolCounter()
+    monitoring.register(counter)
+    yield counter
+    counter.active = False
+
+
+def host_app(settings: dict[str, str], store: Any, autocommit: bool, feed_first: bool) -> Any:
+    """An app whose host store is handed over after the include (upstream's
+    order: include, then its own store), the feed added before or after."""
+    config = Configurator(settings=settings, autocommit=autocommit)
+    config.include("openprocurement_feed")
+    if feed_first:
+        config.add_feed("tenders")
+    config.set_feed_store(store, collection=lambda store, name: store.collection_named(name))
+    if not feed_first:
+        config.add_feed("tenders")
+    return config.make_wsgi_app()
+
+
+@pytest.mark.parametrize("feed_first", [False, True], ids=["store-then-feed", "feed-then-store"])
+@pytest.mark.parametrize("autocommit", [False, True], ids=["default", "autocommit"])
+def test_one_client_when_the_host_store_comes_after_the_include(
+    settings: dict[str, str], pools: PoolCounter, autocommit: bool, feed_first: bool
+) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    store.add_collection("tenders", example.TenderCollection)
+    host_pools = pools.created
+    assert host_pools >= 1  # the counter sees the host's client
+    try:
+        app = host_app(settings, store, autocommit, feed_first)
+        assert app.registry.feed_store.store is store
+        assert app.registry.feed_embedded is None
+        store.save_data(store.tenders.collection, {"_id": "t1", "public_modified": 5.0}, insert=True, modified=False)
+        web = TestApp(app)
+        assert [item["id"] for item in web.get("/api/2.5/tenders").json["data"]] == ["t1"]
+        assert web.get("/api/2.5/feeds/health").json["feeds"][0]["name"] == "tenders"
+        # nothing but the host's client: no pool of another one
+        assert pools.created == host_pools
+        shutdown(app.registry)
+        assert store.tenders.get("t1") is not None  # shutdown left the host's client open
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["default", "autocommit"])
+def test_no_embedded_server_when_the_host_store_comes_after_the_include(
+    settings: dict[str, str], tmp_path: Path, pools: PoolCounter, autocommit: bool
+) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    store.add_collection("tenders", example.TenderCollection)
+    host_pools = pools.created
+    data = tmp_path / "embedded-data"
+    try:
+        app = host_app(dict(settings, **{"mongodb.uri": f"embedded://{data}"}), store, autocommit, feed_first=True)
+        assert TestApp(app).get("/api/2.5/tenders").json["data"] == []
+        assert app.registry.feed_embedded is None
+        assert not data.exists()  # an embedded server would have made its data folder
+        assert pools.created == host_pools
+        shutdown(app.registry)
+    finally:
+        store.close()
+
+
+def test_autocommit_without_a_host_store_creates_the_packages_store_with_the_app(settings: dict[str, str]) -> None:
+    config = Configurator(settings=settings, autocommit=True)
+    config.include("openprocurement_feed")
+    config.add_feed("tenders")
+    assert config.registry.feed_store is None  # nothing before the configuration is complete
+    app = config.make_wsgi_app()
+    try:
+        store = app.registry.feed_store
+        assert isinstance(store, FeedStore)
+        store.save_data(store.collection("tenders"), {"_id": "t1", "public_modified": 5.0}, insert=True, modified=False)
+        assert [item["id"] for item in TestApp(app).get("/api/2.5/tenders").json["data"]] == ["t1"]
+        assert "feed_mode" in {index["name"] for index in store.collection("tenders").list_indexes()}
+    finally:
+        shutdown(app.registry)
+
+
+def test_autocommit_starts_the_sequencer_with_the_feeds_added_after_the_include(settings: dict[str, str]) -> None:
+    config = Configurator(
+        settings=dict(settings, **{"feed.order": "commit", "feed.sequencer": "thread"}), autocommit=True
+    )
+    config.include("openprocurement_feed")
+    config.add_feed("tenders")
+    app = config.make_wsgi_app()
+    try:
+        sequencer = app.registry.feed_sequencer
+        assert sequencer is not None
+        assert sequencer.wait_ready(timeout=30)
+    finally:
+        shutdown(app.registry)
+
+
+def test_autocommit_reports_a_bad_accessor_when_the_app_is_created(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    try:
+        config = Configurator(settings=settings, autocommit=True)
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: store.database["elsewhere"])
+        config.add_feed("tenders")
+        with pytest.raises(ConfigurationExecutionError, match="returned the collection 'elsewhere' for 'tenders'"):
+            config.make_wsgi_app()
+    finally:
+        store.close()
+
+
+def test_the_host_store_after_the_packages_store_exists_is_an_error(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.add_feed("tenders")
+    config.commit()
+    try:
+        with pytest.raises(ConfigurationError, match=r"the feed store was already created \(FeedStore"):
+            config.set_feed_store(store)
+    finally:
+        shutdown(config.registry)
+        store.close()
+
+
+def test_the_host_store_twice_under_autocommit_is_an_error(settings: dict[str, str]) -> None:
+    example = load_example()
+    store = example.MongodbStore(settings)
+    config = Configurator(settings=settings, autocommit=True)
+    config.include("openprocurement_feed")
+    try:
+        config.set_feed_store(store)
+        with pytest.raises(ConfigurationError, match="set_feed_store: called twice"):
+            config.set_feed_store(store)
+    finally:
+        store.close()
