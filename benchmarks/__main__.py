@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif part == "orders":
             from . import orders
 
-            orders.run(seconds=args.order_seconds, rounds=args.order_rounds, hot=not args.no_hot)
+            orders.run(seconds=args.order_seconds, rounds=args.order_rounds, hot=not args.no_hot, docs=args.docs)
         elif part == "metrics":
             from . import metrics_cost
 

@@ -16,17 +16,30 @@ divided by the acknowledged patches), the crawler's feed delay (from a
 patch's acknowledgement to the crawler holding that version) and the
 tenders lost; then the ratios commit / watermark of the medians over the
 rounds. ``python -m benchmarks orders`` (or ``make bench ARGS=orders``).
+
+Last, the **web process's CPU per page** of the two orders on the same data
+(``--docs`` tenders, in process through WebTest): the demo serves its
+tenders feed in commit order and, beside it, the same collection in
+watermark order (``demo.both_orders``); the second page of each at limits
+100 and 1000 is fetched in loops, interleaved, and the calling thread's CPU
+per page (:func:`time.thread_time`: the view, the driver's encoding and
+decoding, the rendering) is the median of the rounds.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
+from pymongo import MongoClient
+
+from openprocurement_feed.demo import main
 from openprocurement_feed.embedded import EmbeddedServer
 from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
 
-from .common import status, table
+from .common import seed_tenders, status, table
+from .feed_cost import cpu_per_call
 
 #: The seed's load, as SPEC D.12 and the race experiment describe it.
 LOAD = dict(writers=6, rate=80.0, small=70, large=70, write_delay="5-40", threads=16, detector=False, longpoll=0.0)
@@ -146,7 +159,75 @@ def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, RunResult], s
     return text
 
 
-def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True) -> None:
+#: The page sizes of the web CPU figure.
+PAGE_LIMITS = (100, 1000)
+PAGE_DB = "bench_orders_pages"
+
+
+def page_cpu(
+    database: EmbeddedServer, docs: int = 3000, iterations: int = 10, rounds: int = 5
+) -> list[tuple[int, int, float, float]]:
+    """Per limit: items per page and the median CPU ms per page of the
+    commit-ordered and the watermark-ordered feed of the same collection."""
+    from webtest import TestApp
+
+    client: MongoClient[Any] = MongoClient(database.uri, tz_aware=True)
+    client.drop_database(PAGE_DB)
+    status(f"orders: seeding {docs} tenders for the page figures")
+    seed_tenders(client[PAGE_DB].tenders, docs)
+    settings = {
+        "mongodb.uri": database.uri,
+        "mongodb.db_name": PAGE_DB,
+        "feed.order": "commit",
+        "feed.sequencer": "thread",
+        "feed.watermark_seconds": "1",
+        "demo.both_orders": "true",
+    }
+    app = TestApp(main({}, **settings))
+    registry = app.app.registry
+    try:
+        if not registry.feed_sequencer.wait_ready(120.0):
+            raise RuntimeError("the sequencer did not backfill the seeded tenders in time")
+        rows = []
+        for limit in PAGE_LIMITS:
+            paths = {}
+            for order, feed in (("commit", "tenders"), ("watermark", "tenders-watermark")):
+                first = app.get(f"/api/2.5/{feed}?limit={limit}").json
+                paths[order] = first["next_page"]["path"]
+            items = len(app.get(paths["commit"]).json["data"])
+            for path in paths.values():  # warm up
+                app.get(path)
+            cpu: dict[str, list[float]] = {order: [] for order in paths}
+            status(f"orders: web CPU per page, limit={limit}, {rounds} rounds of {iterations} pages per order")
+            for _ in range(rounds):
+                for order, path in paths.items():
+                    cpu[order].append(cpu_per_call(lambda path=path: app.get(path), iterations)[1] * 1000)
+            rows.append((limit, items, statistics.median(cpu["commit"]), statistics.median(cpu["watermark"])))
+        return rows
+    finally:
+        from openprocurement_feed import shutdown
+
+        shutdown(registry)
+        client.drop_database(PAGE_DB)
+        client.close()
+
+
+def page_report(rows: Sequence[tuple[int, int, float, float]], docs: int) -> str:
+    """The web CPU figure as a table."""
+    body = table(
+        ["limit", "items", "commit page CPU ms", "watermark page CPU ms", "commit / watermark"],
+        [
+            [limit, items, f"{commit:.2f}", f"{watermark:.2f}", _ratio(commit, watermark)]
+            for limit, items, commit, watermark in rows
+        ],
+    )
+    return (
+        f"Web process CPU per page ({docs} tenders, the second page, in process through WebTest; "
+        "the calling thread's CPU, median of the rounds):\n" + body
+    )
+
+
+def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True, docs: int = 3000) -> None:
     """Measure and print the side-by-side figures."""
     with EmbeddedServer() as database:
         runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
@@ -157,4 +238,6 @@ def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True) -> None:
                 status(f"orders: round {number + 1}/{rounds}, {order} order")
                 runs[order].append(one_run(database, order, seconds))
         hot_runs = {order: one_run(database, order, seconds, hot=True) for order in ORDERS} if hot else {}
+        pages = page_cpu(database, docs)
     print(orders_report(runs, hot_runs, seconds), flush=True)
+    print("\n" + page_report(pages, docs), flush=True)
