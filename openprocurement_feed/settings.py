@@ -31,6 +31,15 @@ READ_PREFERENCES = (
     "secondaryPreferred",
     "nearest",
 )
+#: Upstream openprocurement.api names a read preference by its attribute of
+#: pymongo's ``ReadPreference`` (``SECONDARY_PREFERRED``, its default).
+UPSTREAM_READ_PREFERENCES = {
+    "PRIMARY": "primary",
+    "PRIMARY_PREFERRED": "primaryPreferred",
+    "SECONDARY": "secondary",
+    "SECONDARY_PREFERRED": "secondaryPreferred",
+    "NEAREST": "nearest",
+}
 READ_CONCERNS = ("local", "available", "majority", "linearizable", "snapshot")
 EMBEDDED_SCHEME = "embedded://"
 ROUTE_PREFIX_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*$")
@@ -46,15 +55,22 @@ class Setting:
     env: str
     default: str | None
     empty_ok: bool = False
+    #: further environment variables read when ``env`` is not set (upstream
+    #: openprocurement.api's names for the same setting)
+    env_aliases: tuple[str, ...] = ()
 
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType(
     {
         "uri": Setting("mongodb.uri", "MONGODB_URI", None),
         "db_name": Setting("mongodb.db_name", "DB_NAME", "openprocurement"),
-        "read_preference": Setting("mongodb.read_preference", "MONGODB_READ_PREFERENCE", "primary"),
-        "write_concern": Setting("mongodb.write_concern", "MONGODB_WRITE_CONCERN", "majority"),
-        "read_concern": Setting("mongodb.read_concern", "MONGODB_READ_CONCERN", "local"),
+        "read_preference": Setting(
+            "mongodb.read_preference", "MONGODB_READ_PREFERENCE", "primary", env_aliases=("READ_PREFERENCE",)
+        ),
+        "write_concern": Setting(
+            "mongodb.write_concern", "MONGODB_WRITE_CONCERN", "majority", env_aliases=("WRITE_CONCERN",)
+        ),
+        "read_concern": Setting("mongodb.read_concern", "MONGODB_READ_CONCERN", "local", env_aliases=("READ_CONCERN",)),
         "server_selection_timeout_ms": Setting(
             "mongodb.server_selection_timeout_ms",
             "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
@@ -161,8 +177,9 @@ class FeedSettings:
 def _raw(name: str, settings: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, str | None]:
     """Return ``(where, value)`` for a setting: the env var wins over the ini."""
     spec = SETTINGS[name]
-    if spec.env in environ and environ[spec.env] != "":
-        return f"environment variable {spec.env}", environ[spec.env]
+    for variable in (spec.env, *spec.env_aliases):
+        if environ.get(variable, "") != "":
+            return f"environment variable {variable}", environ[variable]
     value = settings.get(spec.key)
     if value is None:
         return f"setting {spec.key!r}", spec.default
@@ -285,6 +302,25 @@ def parse_choice(where: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def parse_read_preference(where: str, value: str) -> str:
+    """A read preference mode: the driver's name (``secondaryPreferred``) or
+    upstream's ``ReadPreference`` attribute name (``SECONDARY_PREFERRED``),
+    returned as the driver's name."""
+    if value in UPSTREAM_READ_PREFERENCES:
+        return UPSTREAM_READ_PREFERENCES[value]
+    if value not in READ_PREFERENCES:
+        raise _fail(
+            where,
+            value,
+            "expected one of "
+            + ", ".join(READ_PREFERENCES)
+            + " (or upstream's spelling: "
+            + ", ".join(UPSTREAM_READ_PREFERENCES)
+            + ")",
+        )
+    return value
+
+
 def parse_route_prefix(where: str, value: str) -> str:
     """A URL path prefix such as ``/api/2.5`` (no trailing slash).
 
@@ -403,7 +439,7 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         uri=uri,
         long_watermark=long_watermark,
         db_name=db_name,
-        read_preference=parse_choice(*raw("read_preference"), READ_PREFERENCES),
+        read_preference=parse_read_preference(*raw("read_preference")),
         write_concern=parse_write_concern(*raw("write_concern")),
         read_concern=parse_choice(*raw("read_concern"), READ_CONCERNS),
         server_selection_timeout_ms=parse_positive_int(*raw("server_selection_timeout_ms"), upper=600_000),

@@ -133,3 +133,39 @@ def test_feed_order_and_sequencer() -> None:
     assert (overridden.order, overridden.sequencer) == ("watermark", "thread")
     with pytest.raises(ConfigurationError, match="environment variable FEED_ORDER: 'both'"):
         parse_settings({"mongodb.uri": URI}, {"FEED_ORDER": "both"})
+
+
+@pytest.mark.parametrize(
+    ("upstream", "driver"),
+    [
+        ("PRIMARY", "primary"),
+        ("PRIMARY_PREFERRED", "primaryPreferred"),
+        ("SECONDARY", "secondary"),
+        ("SECONDARY_PREFERRED", "secondaryPreferred"),
+        ("NEAREST", "nearest"),
+    ],
+)
+def test_upstreams_read_preference_spelling_is_accepted(upstream: str, driver: str) -> None:
+    """An upstream ini names ``ReadPreference`` attributes; the driver's mode
+    name comes out."""
+    settings = parse_settings({"mongodb.uri": "mongodb://db", "mongodb.read_preference": upstream}, environ={})
+    assert settings.read_preference == driver
+
+
+def test_upstreams_environment_variables_are_read_after_ours() -> None:
+    base = {"mongodb.uri": "mongodb://db"}
+    upstream_env = {"READ_PREFERENCE": "SECONDARY_PREFERRED", "WRITE_CONCERN": "2", "READ_CONCERN": "majority"}
+    settings = parse_settings(base, environ=upstream_env)
+    assert (settings.read_preference, settings.write_concern, settings.read_concern) == (
+        "secondaryPreferred",
+        2,
+        "majority",
+    )
+    ours = {**upstream_env, "MONGODB_READ_PREFERENCE": "nearest", "MONGODB_WRITE_CONCERN": "1"}
+    settings = parse_settings(base, environ=ours)
+    assert (settings.read_preference, settings.write_concern) == ("nearest", 1)
+
+
+def test_a_bad_upstream_variable_is_named() -> None:
+    with pytest.raises(ConfigurationError, match="environment variable READ_PREFERENCE: 'FASTEST'"):
+        parse_settings({"mongodb.uri": "mongodb://db"}, environ={"READ_PREFERENCE": "FASTEST"})
