@@ -396,3 +396,37 @@ def test_the_crawler_polls_a_server_that_ignores_longpoll(settings: dict[str, st
         http.close()
         shutdown(app.registry)
     assert 3 <= client.stats.polls <= 12, f"{client.stats.polls} polls in 1.5 s at a 0.2 s interval"
+
+
+def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
+    server_factory: Callable[..., DemoServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the change stream on the positions state document cannot be
+    opened, the notifier reads the checkpoint instead: the waiter is still
+    woken by the write."""
+    from pymongo.collection import Collection
+    from pymongo.errors import OperationFailure
+
+    from openprocurement_feed.orders import positions_name
+
+    server = server_factory("commit")
+    create(server)
+    wait_for(lambda: bool(requests.get(f"{server.api_url}/tenders", timeout=10).json()["data"]))
+    offset = head_offset(server)
+    opened: list[str] = []
+    watch = Collection.watch
+
+    def refuse(self: Collection[Any], *args: Any, **kwargs: Any) -> Any:
+        if self.name == positions_name("tenders"):
+            opened.append(self.name)
+            raise OperationFailure("change streams are not supported here")
+        return watch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "watch", refuse)
+    waiter = call(f"{server.api_url}/tenders?feed=longpoll&timeout=20&offset={offset}")
+    wait_for(lambda: server.registry.feed_longpoll.waiting == 1)
+    tender = create(server)
+    response = waiter.result()
+    assert [item["id"] for item in response.json()["data"]] == [tender["id"]]
+    assert waiter.seconds < 5
+    assert opened, "the notifier did not try a change stream"
