@@ -279,6 +279,7 @@ def add_feed(
     safe_fields: Sequence[str] = ("dateModified",),
     masks: Mapping[str, Any] | None = None,
     item_view: ItemView | None = None,
+    restricted_permission: str | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -304,6 +305,9 @@ def add_feed(
     :param masks: field → the value a restricted item shows instead.
     :param item_view: ``item_view(request, row, fields) -> dict``: the
         host's rendering of the items shown in full.
+    :param restricted_permission: a Pyramid permission whose holders (by
+        the host's security policy) see restricted items in full, as their
+        owners do (``"view_restricted"`` for brokers accredited ``r``).
 
     Registering the same ``name`` twice, or two feeds on the same path, is a
     configuration conflict reported at the callers' lines.
@@ -322,7 +326,7 @@ def add_feed(
             "positions entries carry fields of that name of their own (_id, committed_ts, rev, deleted)"
         )
     try:
-        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
+        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view, restricted_permission)
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
     feed = FeedDefinition(
