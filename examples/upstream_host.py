@@ -10,8 +10,9 @@ Resources:
 
 * ``POST/GET/PATCH {prefix}/tenders[/{id}]`` and the ``tenders`` feed,
   restricted (a tender posted with ``"config": {"restricted": true}`` shows
-  only ``id``, ``restricted`` and ``dateModified`` to everyone but its
-  owner, the user who posted it);
+  only ``id``, ``restricted``, ``dateModified`` and its masked ``title`` to
+  everyone but its owner, the user who posted it; its object view, by the
+  same rule, ``mask_object``);
 * ``POST {prefix}/frameworks/{framework_id}/submissions``, the unscoped
   ``submissions`` feed and the feed scoped by framework (both restricted
   the same way).
@@ -42,9 +43,12 @@ from pyramid.router import Router
 from pyramid.security import Allowed
 
 from openprocurement_feed import FeedStoreMixin
+from openprocurement_feed.restricted import MASK_STRING, mask_object
 
 PREFIX = "/api/2.5"
 TENDER_FIELDS = ("status", "title", "tenderID", "owner", "config")
+#: What a restricted tender shows instead, in the feed and the object view.
+TENDER_MASKS = {"title": MASK_STRING}
 
 
 class MongodbStore(FeedStoreMixin):
@@ -153,6 +157,15 @@ def create_tender(request: Request) -> dict[str, Any]:
     return {"data": public(saved)}
 
 
+def get_tender(request: Request) -> dict[str, Any]:
+    doc = request.registry.mongodb.tenders.get(request.matchdict["id"])
+    if doc is None:
+        request.response.status = 404
+        return {"status": "error"}
+    # The tenders feed's restricted rule, for the object view too.
+    return {"data": public(mask_object(request, "tenders", doc))}
+
+
 def patch_tender(request: Request) -> dict[str, Any]:
     tenders = request.registry.mongodb.tenders
     doc = tenders.collection.find_one({"_id": request.matchdict["id"]})
@@ -194,11 +207,17 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
     config.add_route("submissions.create", f"{PREFIX}/frameworks/{{framework_id}}/submissions", request_method="POST")
     config.add_view(create_tender, route_name="tenders.create", renderer="json")
     config.add_view(patch_tender, route_name="tender", request_method="PATCH", renderer="json")
+    config.add_view(get_tender, route_name="tender", request_method="GET", renderer="json")
     config.add_view(create_submission, route_name="submissions.create", renderer="json")
 
     # The feeds (after the POST routes on the same paths).
     config.add_feed(
-        "tenders", allowed_fields=TENDER_FIELDS, restricted=True, owner_fields=("owner",), safe_fields=("dateModified",)
+        "tenders",
+        allowed_fields=TENDER_FIELDS,
+        restricted=True,
+        owner_fields=("owner",),
+        safe_fields=("dateModified",),
+        masks=TENDER_MASKS,
     )
     config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"), restricted=True)
     config.add_feed(
