@@ -17,8 +17,9 @@ Resources:
 * ``POST/PATCH {prefix}/tenders[/{tender_id}]`` (the host's ``Tenders``
   resource) and the ``tenders`` feed, which serves its ``GET`` in its place,
   restricted (a tender posted with ``"config": {"restricted": true}`` shows
-  only ``id``, ``restricted`` and ``dateModified`` to everyone but its
-  owner, the user who posted it);
+  only ``id``, ``restricted``, ``dateModified`` and its masked ``title`` to
+  everyone but its owner, the user who posted it; its object view, by the
+  same rule, ``mask_object``);
 * ``POST {prefix}/frameworks/{framework_id}/submissions``, the unscoped
   ``submissions`` feed and the feed scoped by framework (both restricted
   the same way).
@@ -50,9 +51,12 @@ from pyramid.router import Router
 from pyramid.security import Allowed
 
 from openprocurement_feed import FeedStoreMixin
+from openprocurement_feed.restricted import MASK_STRING, mask_object
 
 PREFIX = "/api/2.5"
 TENDER_FIELDS = ("status", "title", "tenderID", "owner", "config")
+#: What a restricted tender shows instead, in the feed and the object view.
+TENDER_MASKS = {"title": MASK_STRING}
 
 
 class MongodbStore(FeedStoreMixin):
@@ -161,6 +165,15 @@ def create_tender(request: Request) -> dict[str, Any]:
     return {"data": public(saved)}
 
 
+def get_tender(request: Request) -> dict[str, Any]:
+    doc = request.registry.mongodb.tenders.get(request.matchdict["tender_id"])
+    if doc is None:
+        request.response.status = 404
+        return {"status": "error"}
+    # The tenders feed's restricted rule, for the object view too.
+    return {"data": public(mask_object(request, "tenders", doc))}
+
+
 def patch_tender(request: Request) -> dict[str, Any]:
     tenders = request.registry.mongodb.tenders
     doc = tenders.collection.find_one({"_id": request.matchdict["tender_id"]})
@@ -186,6 +199,9 @@ class TendersResource:
     def collection_get(self) -> dict[str, Any]:
         # the listing the feed replaces (never reached once it does)
         return {"data": [{"id": doc["_id"]} for doc in self.request.registry.mongodb.tenders.collection.find()]}
+
+    def get(self) -> dict[str, Any]:
+        return get_tender(self.request)
 
     def patch(self) -> dict[str, Any]:
         return patch_tender(self.request)
@@ -237,6 +253,7 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
         owner_fields=("owner",),
         safe_fields=("dateModified",),
         replaces="Tenders",
+        masks=TENDER_MASKS,
     )
     config.add_feed("submissions", allowed_fields=("status", "frameworkID", "owner"), restricted=True)
     config.add_feed(

@@ -2,31 +2,58 @@
 
 Upstream listings hide restricted objects (defence procurement): an object
 whose ``config.restricted`` is true shows only its ``id``,
-``"restricted": true`` and a few safe fields (``dateModified``) to everyone
-but its owner, whatever ``opt_fields`` ask for. The owner (the request's
-authenticated user id equals one of the object's owner fields) sees the item
-as anyone sees an unrestricted one.
+``"restricted": true``, a few safe fields (``dateModified``) and the
+placeholders of its masked fields to everyone but its owner, whatever
+``opt_fields`` ask for. The owner (the request's authenticated user id
+equals one of the object's owner fields) sees the item as anyone sees an
+unrestricted one, and so does a request granted the feed's
+``restricted_permission`` by the host's security policy (upstream: brokers
+accredited ``r``).
 
 An :class:`ItemPolicy` is built once per feed by ``add_feed(...,
 restricted=True, owner_fields=..., safe_fields=..., masks=...,
-item_view=...)``. The view calls :meth:`ItemPolicy.renderer` once per page
-and the renderer once per row. The fields the rule reads
-(:attr:`ItemPolicy.rule_fields`) are projected from the database but never
-shown unless the client asked for them and may see them.
+item_view=..., restricted_permission=...)``. The view calls
+:meth:`ItemPolicy.renderer` once per page and the renderer once per row.
+The fields the rule reads (:attr:`ItemPolicy.rule_fields`) are projected
+from the database but never shown unless the client asked for them and may
+see them.
+
+The same rule covers a host's object views: :func:`mask_object` gives a
+restricted object with its masked fields (``masks``, dotted paths through
+objects and lists) replaced by placeholders such as :data:`MASK_STRING`.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from pyramid.exceptions import ConfigurationError
+from pyramid.interfaces import ISecurityPolicy
 from pyramid.request import Request
 
 #: The document field that marks a restricted object.
 RESTRICTED_FIELD = "config.restricted"
+#: The conventional permission that shows restricted objects in full
+#: (``add_feed(..., restricted_permission=RESTRICTED_PERMISSION)``).
+RESTRICTED_PERMISSION = "view_restricted"
+
+# Placeholders of masked fields, as upstream's (``openprocurement.api.mask``):
+#: a masked text
+MASK_STRING = "Приховано"
+#: a masked English text (``*_en`` fields)
+MASK_STRING_EN = "Hidden"
+#: a masked amount or quantity
+MASK_NUMBER = 0.0
+#: a masked count
+MASK_INTEGER = 0
+#: a masked date (the epoch, in Kyiv's offset as upstream writes it)
+MASK_DATE = "1970-01-01T03:00:00+03:00"
+#: a masked identifier (32 zeros, the shape of an object id)
+MASK_ID = "0" * 32
 
 ItemView = Callable[[Request, dict[str, Any], Sequence[str]], dict[str, Any]]
 RowRenderer = Callable[[dict[str, Any], Sequence[str]], dict[str, Any]]
@@ -59,6 +86,16 @@ class ItemPolicy:
         host's own rendering of the items a client may see in full; the
         default shows ``id`` and the requested fields. A restricted
         item seen by someone else than its owner never reaches it.
+    :param restricted_permission: a Pyramid permission; a request the
+        host's security policy grants it (``request.has_permission``) sees
+        restricted objects in full, as their owners do. None (the default):
+        owners only. Without a security policy no request holds it.
+
+    ``masks`` keys are field names or dotted paths (``procuringEntity``,
+    ``items.description``); a path goes through objects and through every
+    element of a list. The feed shows a mask when a page asks for that field
+    (``opt_fields``); :func:`mask_object` replaces each path of a whole
+    object.
     """
 
     restricted: bool = False
@@ -66,6 +103,7 @@ class ItemPolicy:
     safe_fields: tuple[str, ...] = ("dateModified",)
     masks: Mapping[str, Any] = field(default_factory=dict)
     item_view: ItemView | None = None
+    restricted_permission: str | None = None
     #: the owner fields split into their parts (derived)
     owner_paths: tuple[tuple[str, ...], ...] = field(init=False, repr=False, default=())
 
@@ -80,6 +118,15 @@ class ItemPolicy:
             raise ConfigurationError("a restricted feed needs at least one owner field")
         if self.item_view is not None and not callable(self.item_view):
             raise ConfigurationError(f"item_view must be callable, got {self.item_view!r}")
+        for path in self.masks:
+            if not isinstance(path, str) or not all(path.split(".")):
+                raise ConfigurationError(f"masks: {path!r} is not a field name or a dotted path")
+        if self.restricted_permission is not None and (
+            not isinstance(self.restricted_permission, str) or not self.restricted_permission
+        ):
+            raise ConfigurationError(
+                f"restricted_permission must be a permission name, got {self.restricted_permission!r}"
+            )
         object.__setattr__(self, "masks", MappingProxyType(dict(self.masks)))
 
     @classmethod
@@ -90,13 +137,23 @@ class ItemPolicy:
         safe_fields: Sequence[str],
         masks: Mapping[str, Any] | None,
         item_view: ItemView | None,
+        restricted_permission: str | None = None,
     ) -> ItemPolicy:
         """The policy of ``add_feed``'s arguments, checked: field lists must
         be sequences of names (a bare string is refused, not split)."""
         for name, value in (("owner_fields", owner_fields), ("safe_fields", safe_fields)):
             if isinstance(value, str):
                 raise ConfigurationError(f"{name} must be a sequence of field names, got the string {value!r}")
-        return cls(bool(restricted), tuple(owner_fields), tuple(safe_fields), dict(masks or {}), item_view)
+        if masks is not None and not isinstance(masks, Mapping):
+            raise ConfigurationError(f"masks must be a mapping of field → placeholder, got {masks!r}")
+        return cls(
+            bool(restricted),
+            tuple(owner_fields),
+            tuple(safe_fields),
+            dict(masks or {}),
+            item_view,
+            restricted_permission,
+        )
 
     @property
     def active(self) -> bool:
@@ -124,6 +181,37 @@ class ItemPolicy:
         """True when ``user`` owns the document of ``row``."""
         return user is not None and any(lookup(row, path) == user for path in self.owner_paths)
 
+    def sees_everything(self, request: Request) -> bool:
+        """True when ``request`` holds the feed's ``restricted_permission``
+        (never without a security policy: Pyramid would grant it to all)."""
+        if self.restricted_permission is None:
+            return False
+        if request.registry.queryUtility(ISecurityPolicy) is None:
+            return False
+        return bool(request.has_permission(self.restricted_permission))
+
+    def may_see(self, request: Request, doc: Mapping[str, Any]) -> bool:
+        """True when ``request`` may see ``doc`` in full: it is not
+        restricted (or the policy does not restrict), the request's user
+        owns it, or the request holds ``restricted_permission``."""
+        if not self.restricted or not is_restricted(doc):
+            return True
+        return self.is_owner(doc, request.authenticated_userid) or self.sees_everything(request)
+
+    def mask(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of the restricted ``doc`` as everyone but its owner sees
+        it: each path of ``masks`` replaced by its placeholder. A policy
+        without masks shows the object as its feed item: ``id``,
+        ``restricted`` and the safe fields only."""
+        if not self.masks:
+            item: dict[str, Any] = {"id": doc.get("_id", doc.get("id")), "restricted": True}
+            item.update((name, doc[name]) for name in self.safe_fields if name in doc)
+            return item
+        masked = copy.deepcopy(dict(doc))
+        for path, value in self.masks.items():
+            mask_path(masked, path.split("."), value)
+        return masked
+
     def restricted_item(self, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
         """What everyone but the owner sees of a restricted row."""
         item: dict[str, Any] = {"id": row["_id"], "restricted": True}
@@ -144,14 +232,69 @@ class ItemPolicy:
             def show(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
                 return item_view(request, row, fields)
 
-        if not self.restricted:
+        if not self.restricted or self.sees_everything(request):
             return show
         user = request.authenticated_userid
 
         def render(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-            config = row.get("config")
-            if isinstance(config, dict) and config.get("restricted") and not self.is_owner(row, user):
+            if is_restricted(row) and not self.is_owner(row, user):
                 return self.restricted_item(row, fields)
             return show(row, fields)
 
         return render
+
+
+def is_restricted(doc: Mapping[str, Any]) -> bool:
+    """True when ``doc``'s ``config.restricted`` is set."""
+    config = doc.get("config")
+    return isinstance(config, dict) and bool(config.get("restricted"))
+
+
+def mask_path(node: Any, parts: Sequence[str], value: Any) -> None:
+    """Replace the value at ``parts`` under ``node`` by (a copy of)
+    ``value``, through objects and every element of a list; absent paths
+    are left alone."""
+    if isinstance(node, list):
+        for element in node:
+            mask_path(element, parts, value)
+        return
+    if not isinstance(node, dict) or parts[0] not in node:
+        return
+    if len(parts) == 1:
+        node[parts[0]] = copy.deepcopy(value)
+    else:
+        mask_path(node[parts[0]], parts[1:], value)
+
+
+def feed_policy(request: Request, feed: str | ItemPolicy | Any) -> ItemPolicy:
+    """The item policy of ``feed``: a feed's name (its ``add_feed``
+    registration), a :class:`~openprocurement_feed.views.FeedDefinition`
+    or an :class:`ItemPolicy`."""
+    if isinstance(feed, ItemPolicy):
+        return feed
+    if isinstance(feed, str):
+        definitions = getattr(request.registry, "feed_definitions", {})
+        if feed not in definitions:
+            raise LookupError(f"no feed named {feed!r} is registered (add_feed)")
+        found: ItemPolicy = definitions[feed].policy
+        return found
+    policy = getattr(feed, "policy", None)
+    if not isinstance(policy, ItemPolicy):
+        raise TypeError(f"expected a feed name, a feed definition or an ItemPolicy, got {feed!r}")
+    return policy
+
+
+def mask_object(request: Request, feed: str | ItemPolicy | Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as ``request`` may see it, by the restricted rule of ``feed``
+    (its name, its definition or its :class:`ItemPolicy`).
+
+    For a host's own object view (``GET /tenders/{id}``): pass the stored
+    document (the rule reads its owner fields and ``config.restricted``).
+    The owner, a request holding the feed's ``restricted_permission`` and
+    everyone for an unrestricted object get ``doc`` itself; everyone else a
+    copy with the feed's ``masks`` applied (:meth:`ItemPolicy.mask`).
+    """
+    policy = feed_policy(request, feed)
+    if policy.may_see(request, doc):
+        return doc
+    return policy.mask(doc)

@@ -295,6 +295,7 @@ def add_feed(
     masks: Mapping[str, Any] | None = None,
     item_view: ItemView | None = None,
     replaces: str | None = None,
+    restricted_permission: str | None = None,
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -320,6 +321,9 @@ def add_feed(
     :param masks: field → the value a restricted item shows instead.
     :param item_view: ``item_view(request, row, fields) -> dict``: the
         host's rendering of the items shown in full.
+    :param restricted_permission: a Pyramid permission whose holders (by
+        the host's security policy) see restricted items in full, as their
+        owners do (``"view_restricted"`` for brokers accredited ``r``).
     :param replaces: the name of the host's route or cornice service (for a
         cornice resource, its name: the service of its ``collection_path``)
         whose ``GET`` the feed takes over: the feed's route is put in that
@@ -347,7 +351,7 @@ def add_feed(
             "positions entries carry fields of that name of their own (_id, committed_ts, rev, deleted)"
         )
     try:
-        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view)
+        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view, restricted_permission)
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
     full_path = f"{settings.route_prefix}/{path}"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -83,6 +85,10 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
                 time.sleep(0.2)
             else:
                 raise AssertionError(f"the {resource} feed did not show the {count} seeded objects")
+        request = urllib.request.Request(url, data=b'{"data": {}}', headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401, "the demo brokers' auth file is on: anonymous writes are refused"
         time.sleep(1.5)  # a status line
         database = children(process.pid)
         assert database, "the embedded database runs as a child process"
@@ -95,6 +101,9 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
     for resource in ("plans", "contracts"):
         assert url.replace("tenders", resource) + "?descending=1" in out
     assert "asked 4/s, achieved" in err, err
+    assert "Authorization: Bearer demo-broker-key" in out, "a broker's key is printed"
+    written = [int(count) for count in re.findall(r"(\d+) patches written", err)]
+    assert written and written[-1] > 0, f"the writers patched with the key and the tokens: {err}"
     assert "pkg_resources" not in err
     assert "Traceback" not in err
     time.sleep(0.5)

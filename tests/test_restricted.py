@@ -1,6 +1,7 @@
 """Restricted objects over HTTP: nothing of a restricted object leaks to
-anyone but its owner, through any parameter or link, and a crawler still
-gets every restricted object's id and position."""
+anyone but its owner, through any parameter or link, in the feed or the
+object view, and a crawler still gets every restricted object's id and
+position."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from urllib.parse import quote
 import pytest
 from upstream_example import BROKER, OTHER, post, served_example
 
+from openprocurement_feed.restricted import MASK_STRING
 from openprocurement_feed.testing import crawl, get_json, wait_visible
 
 SECRET = "secret-defence-title"
@@ -68,7 +70,8 @@ def assert_no_leak(body: Any) -> None:
     assert SECRET not in text
     for item in body.get("data", []) if isinstance(body, dict) else []:
         if item.get("restricted"):
-            assert set(item) <= {"id", "restricted", "dateModified"}, item
+            assert set(item) <= {"id", "restricted", "dateModified", "title"}, item
+            assert item.get("title", MASK_STRING) == MASK_STRING, item
 
 
 QUERIES = [
@@ -101,10 +104,12 @@ def test_nothing_restricted_leaks_to_others(restricted_host: dict[str, Any], que
         assert items == []
         return
     shown = {item["id"]: item for item in items}
-    # Nothing lost: every restricted id is there, as id, restricted, dateModified only.
+    # Nothing lost: every restricted id is there, as id, restricted,
+    # dateModified and the masked title only.
     assert set(restricted_host["secret"]) <= set(shown)
     for tender_id in restricted_host["secret"]:
-        assert set(shown[tender_id]) == {"id", "restricted", "dateModified"}
+        assert set(shown[tender_id]) == {"id", "restricted", "dateModified", "title"}
+        assert shown[tender_id]["title"] == MASK_STRING
         assert shown[tender_id]["restricted"] is True
     for tender_id in restricted_host["open"]:
         assert shown[tender_id]["title"].startswith("open-")
@@ -120,6 +125,27 @@ def test_the_owner_sees_everything(restricted_host: dict[str, Any]) -> None:
         assert item["owner"] == "broker"
         assert item["config"] == {"restricted": True}
         assert "restricted" not in item
+
+
+@pytest.mark.parametrize("who", ["anonymous", "other"])
+def test_the_object_view_masks_a_restricted_tender_for_others(restricted_host: dict[str, Any], who: str) -> None:
+    """The host's ``GET /tenders/{id}`` applies the feed's rule through
+    ``mask_object``: the masked title to everyone but the owner."""
+    headers = OTHER if who == "other" else None
+    for tender_id in restricted_host["secret"]:
+        status, body = get_json(f"{restricted_host['url']}/api/2.5/tenders/{tender_id}", headers)
+        assert status == 200
+        assert body["data"]["title"] == MASK_STRING
+        assert SECRET not in json.dumps(body)
+    status, body = get_json(f"{restricted_host['url']}/api/2.5/tenders/{restricted_host['open'][0]}", headers)
+    assert body["data"]["title"].startswith("open-")
+
+
+def test_the_object_view_shows_everything_to_the_owner(restricted_host: dict[str, Any]) -> None:
+    for tender_id in restricted_host["secret"]:
+        status, body = get_json(f"{restricted_host['url']}/api/2.5/tenders/{tender_id}", BROKER)
+        assert status == 200
+        assert body["data"]["title"].startswith(SECRET)
 
 
 def test_the_scoped_feed_hides_restricted_submissions(restricted_host: dict[str, Any]) -> None:

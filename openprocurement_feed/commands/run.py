@@ -4,6 +4,12 @@ Starts the embedded database, serves the demo API, seeds real-shaped tenders,
 plans and contracts and keeps background writers patching all three at the
 asked rate, so the feeds move. The status line says the rate asked and the
 rate achieved. Ctrl-C stops the writers, the HTTP server and the database.
+
+Writes need a broker's key from ``--auth-file`` (by default the demo brokers
+shipped with the package; one key is printed at start-up): the writers send
+the first broker's key and each object's access token. The tokens live only
+in this process, so with an auth file each run creates its own sample
+objects, also in a kept ``--data-dir``.
 """
 
 from __future__ import annotations
@@ -75,6 +81,13 @@ FLAGS = (
         help="seconds between two status lines (default: %(default)s)",
     ),
     Flag("--data-dir", default=None, help="keep the database in this folder (default: a throwaway folder)"),
+    Flag(
+        "--auth-file",
+        default=None,
+        metavar="PATH",
+        help="the brokers' keys (demo.auth_file; a path or package:path), '' for open writes "
+        "(default: the demo brokers of openprocurement_feed.demo:auth.ini)",
+    ),
     MONGODB_URI,
 )
 
@@ -85,6 +98,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
+    from ..demo.auth import PACKAGED_AUTH_FILE
+
     uri = args.mongodb_uri or ("embedded://" + (args.data_dir or ""))
     return {
         "mongodb.uri": uri,
@@ -94,6 +109,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         "feed.sequencer": "thread",
         "demo.write_delay_ms": args.write_delay,
         "demo.both_orders": "true",
+        "demo.auth_file": PACKAGED_AUTH_FILE if args.auth_file is None else args.auth_file,
     }
 
 
@@ -168,18 +184,25 @@ def stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def seed(server: Any, args: argparse.Namespace, stop: threading.Event | None = None) -> list[tuple[str, str]]:
+def seed(
+    server: Any, args: argparse.Namespace, stop: threading.Event | None = None, access: Any = None
+) -> list[tuple[str, str]]:
     """Create the missing sample objects of each resource; every object's
-    ``(resource, id)``, for the writers. Ends early when ``stop`` is set."""
-    from ..demo.load import create_objects
+    ``(resource, id)``, for the writers. Ends early when ``stop`` is set.
 
+    With a key in ``access`` (:class:`~openprocurement_feed.demo.load.Access`)
+    the objects are created with it and only the objects whose tokens
+    ``access`` holds are targets: the sample set is created afresh."""
+    from ..demo.load import Access, create_objects
+
+    access = access or Access()
     store = server.registry.feed_store
     api = server.api_url
     wanted = {"tenders": args.tenders, "plans": args.plans, "contracts": args.contracts}
     targets: list[tuple[str, str]] = []
     for number, (resource, count) in enumerate(wanted.items()):
         collection = store.collection(server.registry.feed_settings.collection_name(resource))
-        existing = collection.estimated_document_count()
+        existing = 0 if access.key else collection.estimated_document_count()
         if existing < count:
             tender_ids = [target for kind, target in targets if kind == "tenders"]
             missing = count - existing
@@ -196,13 +219,15 @@ def seed(server: Any, args: argparse.Namespace, stop: threading.Event | None = N
                         seed=(args.seed * 10 + number) * 100 + part,
                         tender_ids=tender_ids,
                         stop=stop,
+                        access=access,
                     )
                     for part, share in enumerate(shares)
                     if share
                 ]
                 for future in futures:
                     future.result()
-        targets += [(resource, doc["_id"]) for doc in collection.find({}, {"_id": 1})]
+        ids = [doc["_id"] for doc in collection.find({}, {"_id": 1})]
+        targets += [(resource, one) for one in ids if not access.key or one in access.tokens]
     return targets
 
 
@@ -214,13 +239,23 @@ def writer_count(args: argparse.Namespace) -> int:
     return writers_for_rate(args.rate, parse_delay(args.write_delay, "--write-delay"))
 
 
-def start_writers(api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int) -> list[Any]:
-    """``count`` writer threads sharing one schedule at ``--rate``."""
+def start_writers(
+    api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int, access: Any = None
+) -> list[Any]:
+    """``count`` writer threads sharing one schedule at ``--rate`` (and the
+    key and tokens of ``access``)."""
     from ..demo.load import Pacer, PatchWriter
 
     pacer = Pacer(args.rate) if count else None
     writers = [
-        PatchWriter(api, targets, pacer=pacer, seed=args.seed * 1000 + number, name=f"background-writer-{number}")
+        PatchWriter(
+            api,
+            targets,
+            pacer=pacer,
+            seed=args.seed * 1000 + number,
+            name=f"background-writer-{number}",
+            access=access,
+        )
         for number in range(count)
     ]
     for writer in writers:
@@ -228,7 +263,23 @@ def start_writers(api: str, targets: list[tuple[str, str]], args: argparse.Names
     return writers
 
 
+def access_lines(server: Any, api: str) -> str:
+    """The start-up lines about writes: a broker's key and how to send it,
+    or that writes are open."""
+    key = server.writer_key
+    if key is None:
+        return "Writes: open to anyone (no --auth-file)\n"
+    users = server.registry.demo_users
+    return (
+        f"Writes need a broker's key ({len(users)} users in {users.source}), e.g. {key}:\n"
+        f"  curl -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' "
+        f"""-d '{{"data": {{"title": "Fuel"}}}}' {api}/tenders\n"""
+        "  then PATCH with the returned access.token as ?acc_token= or X-Access-Token\n"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..demo.load import Access
     from ..demo.server import DemoServer
 
     stop = threading.Event()
@@ -261,12 +312,14 @@ def run(args: argparse.Namespace) -> int:
             f"Same tenders ({other} order): {api}/tenders-{other}?descending=1\n"
             f"Health: {server.url}{server.registry.feed_settings.health_path}\n"
             f"Watermark: {args.watermark:g} s; background writers: {args.rate:g} patches/s asked\n"
-            "Press Ctrl-C to stop.\n",
+            + access_lines(server, api)
+            + "Press Ctrl-C to stop.\n",
             flush=True,
         )
         print("Seeding tenders, plans and contracts...", file=sys.stderr, flush=True)
         seeding = time.monotonic()
-        targets = seed(server, args, stop)
+        access = Access(server.writer_key)
+        targets = seed(server, args, stop, access)
         kinds = Counter(kind for kind, _ in targets)
         print(
             f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "
@@ -276,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if args.rate > 0 and not stop.is_set():
-            writers = start_writers(api, targets, args, count)
+            writers = start_writers(api, targets, args, count, access)
         meter = RateMeter(args.rate) if writers else None
         started = time.monotonic()
         while not stop.wait(args.status_every):

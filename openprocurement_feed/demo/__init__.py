@@ -13,10 +13,16 @@ and, with ``demo.both_orders``, ``GET {prefix}/tenders-{order}``: the same
 tenders in the other order (``watermark`` or ``commit``). Every error is a
 JSON body, an unknown path included.
 
-The ``tenders`` feeds are restricted as upstream's: a tender posted with
-``"config": {"restricted": true}`` shows only ``id``, ``restricted`` and
-``dateModified`` to everyone but its owner (the ``REMOTE_USER`` that
-created it, :mod:`.security`).
+With ``demo.auth_file`` (:mod:`.auth`), writes need a broker's key, and a
+change also the object's access token (issued once by the create, as
+``"access": {"token": ...}``); without it writes are open, and a warning
+says so at start-up (:mod:`.security`).
+
+The ``tenders`` feeds and object views are restricted as upstream's: a
+tender posted with ``"config": {"restricted": true}`` is shown in full to
+its owner and to brokers accredited ``r`` only; everyone else sees its feed
+item as ``id``, ``restricted``, ``dateModified`` and the placeholders of
+:data:`TENDER_MASKS`, and its object with those fields masked.
 
 Each write runs in one multi-document transaction; ``demo.write_delay_ms``
 keeps it open for a random time after the stamp, so writes commit out of
@@ -25,17 +31,48 @@ stamp order as they do in production.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyramid.config import Configurator
 from pyramid.router import Router
 
+from ..restricted import MASK_DATE, MASK_ID, MASK_NUMBER, MASK_STRING, MASK_STRING_EN, RESTRICTED_PERMISSION
 from .api import add_error_views, add_resource_routes
+from .auth import read_auth_file
 from .resources import CONTRACTS, PLANS, RESOURCES, TENDERS, Resource
-from .security import RemoteUserSecurityPolicy
+from .security import DemoSecurityPolicy
 from .settings import DemoSettings, DemoStats, parse_demo_settings
 
-__all__ = ["RESOURCES", "DemoSettings", "Resource", "includeme", "main", "parse_demo_settings"]
+__all__ = ["RESOURCES", "TENDER_MASKS", "DemoSettings", "Resource", "includeme", "main", "parse_demo_settings"]
+
+log = logging.getLogger(__name__)
+
+#: What a restricted tender shows instead of its own values to everyone but
+#: its owner and brokers accredited ``r``: in its feed item (the fields a
+#: page asks for) and in its object view (every path).
+TENDER_MASKS = {
+    "title": MASK_STRING,
+    "title_en": MASK_STRING_EN,
+    "description": MASK_STRING,
+    "description_en": MASK_STRING_EN,
+    "procuringEntity": {"name": MASK_STRING, "identifier": {"scheme": "UA-EDR", "id": MASK_ID}},
+    "value.amount": MASK_NUMBER,
+    "items.description": MASK_STRING,
+    "items.description_en": MASK_STRING_EN,
+    "items.quantity": MASK_NUMBER,
+    "items.deliveryAddress": {"countryName": MASK_STRING},
+    "items.deliveryDate.startDate": MASK_DATE,
+    "items.deliveryDate.endDate": MASK_DATE,
+    "lots.title": MASK_STRING,
+    "lots.description": MASK_STRING,
+    "lots.value.amount": MASK_NUMBER,
+    "documents.title": MASK_STRING,
+    "documents.url": MASK_STRING,
+    "bids": [],
+    "awards.suppliers": [],
+    "contracts.suppliers": [],
+}
 
 
 def includeme(config: Configurator) -> None:
@@ -43,15 +80,23 @@ def includeme(config: Configurator) -> None:
     import os
 
     demo_settings = parse_demo_settings(config.registry.settings or {}, os.environ)
+    users = None if demo_settings.auth_file is None else read_auth_file(demo_settings.auth_file)
     config.include("openprocurement_feed")
     config.registry.demo_settings = demo_settings
+    config.registry.demo_users = users
     config.registry.demo_stats = DemoStats()
     for resource in RESOURCES:
         add_resource_routes(config, resource)
     add_error_views(config)
     # Restricted as upstream's: a tender with "config": {"restricted": true}
-    # shows only id, restricted and dateModified to everyone but its owner.
-    restricted = dict(restricted=True, owner_fields=("owner",), safe_fields=("dateModified",))
+    # is masked for everyone but its owner and brokers accredited "r".
+    restricted: dict[str, Any] = dict(
+        restricted=True,
+        owner_fields=("owner",),
+        safe_fields=("dateModified",),
+        masks=TENDER_MASKS,
+        restricted_permission=RESTRICTED_PERMISSION,
+    )
     feed = config.add_feed("tenders", allowed_fields=TENDERS.feed_fields, **restricted)
     config.add_feed("plans", allowed_fields=PLANS.feed_fields)
     config.add_feed("contracts", allowed_fields=CONTRACTS.feed_fields)
@@ -68,8 +113,17 @@ def includeme(config: Configurator) -> None:
 
 
 def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
-    """The WSGI application of the demo API."""
+    """The WSGI application of the demo API, with its security policy over
+    ``demo.auth_file`` (:class:`.security.DemoSecurityPolicy`)."""
     config = Configurator(settings=settings)
-    config.set_security_policy(RemoteUserSecurityPolicy())
     config.include(includeme)
+    users = config.registry.demo_users
+    config.set_security_policy(DemoSecurityPolicy(users))
+    if users is None:
+        log.warning(
+            "demo.auth_file is not set: anyone may create and change objects of the demo API "
+            "(set it to an auth file of brokers' keys to require them)"
+        )
+    else:
+        log.info("Demo API writes need a key of the %d users of %s", len(users), users.source)
     return config.make_wsgi_app()

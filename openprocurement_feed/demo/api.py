@@ -7,6 +7,12 @@ the resource. Server-owned fields in a body (``id``, ``dateCreated``,
 ``tenderID``) are dropped and the server's values kept, as upstream's
 create and edit roles do; storage fields (``_id``, ``_rev``,
 ``public_modified``…) and keys starting with ``$`` are refused with 422.
+
+Access (:mod:`.security`): a create needs the ``create`` permission and
+answers the owner's access token once (``"access": {"token": ...}``; only
+its hash is stored); a change needs ``create``, then ``edit`` on the stored
+object (its owner with its token). An object view shows a restricted object
+by its feed's rule (:func:`~openprocurement_feed.restricted.mask_object`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ from pyramid.request import Request
 
 from ..database import ConflictError, FeedStore
 from ..errors import error_body
+from ..restricted import mask_object
+from .auth import TOKEN_FIELD, credentials_key, hash_token, new_token
 from .resources import INTERNAL_FIELDS, Resource
+from .security import CREATE, EDIT, OwnedObject
 
 TRANSIENT_RETRIES = 5
 #: The collection of the per-day counters behind the generated identifiers.
@@ -62,7 +71,7 @@ def public_view(doc: dict[str, Any]) -> dict[str, Any]:
     data.update(
         (key, value)
         for key, value in doc.items()
-        if key not in ("_id", "_rev", "is_public", "is_test", "public_modified", "public_ts")
+        if key not in ("_id", "_rev", "is_public", "is_test", "public_modified", "public_ts", TOKEN_FIELD)
     )
     return data
 
@@ -128,6 +137,24 @@ def http_error_view(exc: HTTPException, request: Request) -> dict[str, Any]:
     if exc.code == 405:
         return error_body("url", "method", "Method not allowed")
     return error_body("url", "url", exc.title)
+
+
+def forbidden_view(exc: HTTPForbidden, request: Request) -> dict[str, Any]:
+    """A refused permission: **401** when the demo has an auth file and the
+    request names no known user, **403** otherwise (another broker, or the
+    owner without the object's access token), with upstream's error body."""
+    result = getattr(exc, "result", None)
+    reason = getattr(result, "msg", None) or exc.detail or "permission denied"
+    if request.registry.demo_users is not None and request.authenticated_userid is None:
+        request.response.status = 401
+        request.response.headers["WWW-Authenticate"] = 'Basic realm="OpenProcurement"'
+        if credentials_key(request) is None:
+            description = "Unauthorized: writes need a broker's key (Authorization: Bearer <key>, or Basic <key>:)"
+        else:
+            description = "Unauthorized: the key is not one of the demo's users"
+        return error_body("header", "Authorization", description)
+    request.response.status = 403
+    return error_body("url", "permission", f"Forbidden: {reason}")
 
 
 def not_found(request: Request, resource: Resource) -> dict[str, Any]:
@@ -219,6 +246,8 @@ def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         obj.setdefault("status", resource.default_status)
         if request.authenticated_userid is not None:
             obj["owner"] = request.authenticated_userid
+        token = new_token()
+        obj[TOKEN_FIELD] = hash_token(token)
         collection = store.collection(store_name(request, resource))
         saved = in_transaction(request, lambda session: store.save_data(collection, obj, insert=True, session=session))
         assert saved is not None
@@ -226,7 +255,7 @@ def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         request.response.headers["Location"] = request.route_url(
             f"demo.{resource.singular}", **{resource.key: saved["_id"]}
         )
-        return {"data": public_view(saved)}
+        return {"data": public_view(saved), "access": {"token": token}}
 
     return create
 
@@ -240,13 +269,14 @@ def get_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         doc = collection.find_one({"_id": request.matchdict[resource.key]})
         if doc is None:
             return not_found(request, resource)
-        return {"data": public_view(doc)}
+        return {"data": public_view(mask_object(request, resource.name, doc))}
 
     return get
 
 
 def patch_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
-    """``PATCH {prefix}/{resource}/{id}``: merge the given fields, 200."""
+    """``PATCH {prefix}/{resource}/{id}``: merge the given fields, 200;
+    403 unless the ``edit`` permission holds on the stored object."""
 
     def patch(request: Request) -> dict[str, Any]:
         data = read_data(request, resource)
@@ -258,6 +288,9 @@ def patch_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
             doc = collection.find_one({"_id": object_id}, session=session)
             if doc is None:
                 return None
+            allowed = request.has_permission(EDIT, OwnedObject(doc))
+            if not allowed:
+                raise HTTPForbidden(detail=allowed.msg, result=allowed)
             doc.update(data)
             doc["dateModified"] = now_iso()
             return store.save_data(collection, doc, session=session)
@@ -265,7 +298,7 @@ def patch_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         saved = in_transaction(request, write)
         if saved is None:
             return not_found(request, resource)
-        return {"data": public_view(saved)}
+        return {"data": public_view(mask_object(request, resource.name, saved))}
 
     return patch
 
@@ -288,15 +321,18 @@ def add_resource_routes(config: Configurator, resource: Resource) -> None:
     item_route = f"demo.{resource.singular}"
     config.add_route(create_route, f"{prefix}/{resource.name}", request_method="POST")
     config.add_route(item_route, f"{prefix}/{resource.name}/{{{resource.key}}}")
-    config.add_view(create_view(resource), route_name=create_route, renderer="json")
+    config.add_view(create_view(resource), route_name=create_route, renderer="json", permission=CREATE)
     config.add_view(get_view(resource), route_name=item_route, request_method="GET", renderer="json")
-    config.add_view(patch_view(resource), route_name=item_route, request_method="PATCH", renderer="json")
+    config.add_view(
+        patch_view(resource), route_name=item_route, request_method="PATCH", renderer="json", permission=CREATE
+    )
 
 
 def add_error_views(config: Configurator) -> None:
-    """JSON bodies for refused request bodies (422) and for Pyramid's HTTP
-    errors, an unknown path included (404)."""
+    """JSON bodies for refused request bodies (422), refused permissions
+    (401/403) and Pyramid's other HTTP errors, an unknown path included (404)."""
     config.add_view(bad_request_view, context=BadRequest, renderer="json")
     config.add_notfound_view(http_error_view, renderer="json")
-    for context in (HTTPException, HTTPMethodNotAllowed, HTTPForbidden):
+    config.add_forbidden_view(forbidden_view, renderer="json")
+    for context in (HTTPException, HTTPMethodNotAllowed):
         config.add_exception_view(http_error_view, context=context, renderer="json")

@@ -4,6 +4,10 @@ Used by ``openprocurement-feed run`` (real-shaped tenders, plans and
 contracts, and writers paced to the asked rate so the feeds move) and by the
 race experiment (small and large tenders, several fast writers). Needs the
 ``client`` extra (``requests``).
+
+When the demo has an auth file (``demo.auth_file``), the writers share an
+:class:`Access`: the broker's key they send with every write, and the
+access token of each object they created, sent with its patches.
 """
 
 from __future__ import annotations
@@ -19,6 +23,36 @@ from typing import Any
 import requests
 
 from . import documents
+
+
+@dataclass
+class Access:
+    """A writer's credentials: ``key``, the broker's key (None: the demo's
+    writes are open), and ``tokens``, the access token of each object it
+    created, by id (filled by the create functions, read by the writers)."""
+
+    key: str | None = None
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def headers(self, object_id: str | None = None) -> dict[str, str]:
+        """The headers of a write: the key and, for a change of
+        ``object_id``, its token."""
+        headers = {}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        token = self.tokens.get(object_id) if object_id is not None else None
+        if token:
+            headers["X-Access-Token"] = token
+        return headers
+
+    def created(self, reply: dict[str, Any]) -> str:
+        """Keep the token of a create's reply; the new object's id."""
+        object_id: str = reply["data"]["id"]
+        token = (reply.get("access") or {}).get("token")
+        if token:
+            self.tokens[object_id] = token
+        return object_id
+
 
 #: What a writer patches: a tender id, or ``(resource, id)``.
 Target = str | tuple[str, str]
@@ -86,15 +120,23 @@ def create_tenders(
     seed: int | None = None,
     session: requests.Session | None = None,
     mode: str | None = None,
+    access: Access | None = None,
 ) -> list[str]:
-    """Create ``count`` tenders through ``POST {base_url}/tenders``; their ids."""
+    """Create ``count`` tenders through ``POST {base_url}/tenders``; their
+    ids (and their tokens in ``access``)."""
     rng = random.Random(seed)
     http = session or requests.Session()
+    access = access or Access()
     ids = []
     for _ in range(count):
-        response = http.post(f"{base_url}/tenders", json={"data": sample_tender(rng, large, mode)}, timeout=30)
+        response = http.post(
+            f"{base_url}/tenders",
+            json={"data": sample_tender(rng, large, mode)},
+            headers=access.headers(),
+            timeout=30,
+        )
         response.raise_for_status()
-        ids.append(response.json()["data"]["id"])
+        ids.append(access.created(response.json()))
     return ids
 
 
@@ -106,16 +148,19 @@ def create_objects(
     tender_ids: Sequence[str] = (),
     session: requests.Session | None = None,
     stop: threading.Event | None = None,
+    access: Access | None = None,
 ) -> list[str]:
     """Create ``count`` real-shaped objects of ``resource`` (``tenders``,
     ``plans``, ``contracts``; :mod:`.documents`) through the API; their ids.
 
     Contracts refer to a tender of ``tender_ids`` when some are given. When
-    ``stop`` is set, the objects created so far are returned.
+    ``stop`` is set, the objects created so far are returned. The tokens go
+    to ``access``.
     """
     rng = random.Random(seed)
     generate = documents.GENERATORS[resource]
     http = session or requests.Session()
+    access = access or Access()
     ids = []
     for _ in range(count):
         if stop is not None and stop.is_set():
@@ -124,9 +169,9 @@ def create_objects(
             data = documents.contract(rng, tender_id=rng.choice(list(tender_ids)))
         else:
             data = generate(rng)
-        response = http.post(f"{base_url}/{resource}", json={"data": data}, timeout=60)
+        response = http.post(f"{base_url}/{resource}", json={"data": data}, headers=access.headers(), timeout=60)
         response.raise_for_status()
-        ids.append(response.json()["data"]["id"])
+        ids.append(access.created(response.json()))
     return ids
 
 
@@ -180,6 +225,8 @@ class PatchWriter(threading.Thread):
         API answers.
     :param pacer: a schedule shared with other writers (``rate`` is then
         ignored: the pool together keeps the pacer's rate).
+    :param access: the key and the objects' tokens to write with, when the
+        demo has an auth file.
     """
 
     def __init__(
@@ -190,8 +237,10 @@ class PatchWriter(threading.Thread):
         seed: int | None = None,
         name: str = "writer",
         pacer: Pacer | None = None,
+        access: Access | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self.access = access or Access()
         self.base_url = base_url
         self.ids = list(ids)
         self.rate = rate
@@ -214,7 +263,12 @@ class PatchWriter(threading.Thread):
             resource, object_id = target
             body = {"data": documents.patch(resource, self.rng)}
         try:
-            response = self.http.patch(f"{self.base_url}/{resource}/{object_id}", json=body, timeout=30)
+            response = self.http.patch(
+                f"{self.base_url}/{resource}/{object_id}",
+                json=body,
+                headers=self.access.headers(object_id),
+                timeout=30,
+            )
         except requests.RequestException:
             self.stats.errors += 1
             self.stopping.wait(0.2)

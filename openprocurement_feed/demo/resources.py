@@ -16,9 +16,12 @@ from dataclasses import dataclass
 #: server's values win), as upstream's create and edit roles drop them.
 SERVER_FIELDS = frozenset({"id", "dateModified", "dateCreated"})
 #: Storage fields no client may send: a body holding one is refused (422).
-#: ``owner`` is the authenticated user that created the object (the
-#: restricted tenders feed shows everything to it alone).
-INTERNAL_FIELDS = frozenset({"_id", "_rev", "public_modified", "public_ts", "is_public", "is_test", "owner"})
+#: ``owner`` is the authenticated user that created the object (a
+#: restricted tender is shown in full to it), ``owner_token`` the hash of
+#: its access token.
+INTERNAL_FIELDS = frozenset(
+    {"_id", "_rev", "public_modified", "public_ts", "is_public", "is_test", "owner", "owner_token"}
+)
 
 
 @dataclass(frozen=True)

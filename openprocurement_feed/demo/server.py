@@ -121,6 +121,17 @@ class DemoServer:
         return self.http.url
 
     @property
+    def writer_key(self) -> str | None:
+        """The key of the first broker of ``demo.auth_file`` (else of its
+        first user): what the writers of ``run`` and the race send; None
+        when writes are open."""
+        users = self.registry.demo_users
+        if users is None:
+            return None
+        key: str = users.key_of() or next(iter(users))[0]
+        return key
+
+    @property
     def api_url(self) -> str:
         """The URL of the API root (``url`` + ``feed.route_prefix``)."""
         prefix: str = self.registry.feed_settings.route_prefix

@@ -21,6 +21,9 @@ class DemoSettings:
     write_delay_ms: tuple[int, int] = (0, 0)
     #: also serve the tenders in the other feed order, at ``tenders-{order}``
     both_orders: bool = False
+    #: the auth file of the demo's users (a path or ``package:path``); None
+    #: keeps writes open (:mod:`.auth`)
+    auth_file: str | None = None
 
 
 @dataclass
@@ -60,11 +63,15 @@ def parse_flag(value: Any, where: str) -> bool:
 
 
 def parse_demo_settings(settings: Mapping[str, Any], environ: Mapping[str, str]) -> DemoSettings:
-    """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides) and
-    ``demo.both_orders``."""
+    """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides),
+    ``demo.both_orders`` and ``demo.auth_file`` (the file itself is read by
+    :func:`.auth.read_auth_file`)."""
     if environ.get("DEMO_WRITE_DELAY_MS"):
         delay = parse_delay(environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS")
     else:
         delay = parse_delay(str(settings.get("demo.write_delay_ms", "0") or "0"))
     both = parse_flag(settings.get("demo.both_orders", "false"), "setting 'demo.both_orders'")
-    return DemoSettings(delay, both)
+    auth_file = settings.get("demo.auth_file")
+    if auth_file is not None and not isinstance(auth_file, str):
+        raise ConfigurationError(f"Invalid setting 'demo.auth_file': {auth_file!r}; expected a file path.")
+    return DemoSettings(delay, both, (auth_file or "").strip() or None)

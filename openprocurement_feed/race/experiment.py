@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..demo.auth import PACKAGED_AUTH_FILE
+from ..demo.load import Access
 from .crawler import Crawler
 from .detector import Detector, DetectorStats, DetectorThread
 from .feed import FeedClient
@@ -59,6 +61,9 @@ class RaceConfig:
         on top of the watermark.
     :param mongodb_uri: a MongoDB to use instead of a fresh embedded
         database (each run then uses a database of its own, dropped after).
+    :param auth_file: the demo's ``demo.auth_file`` (default: the packaged
+        demo brokers): the writers create and patch with a broker's key and
+        each tender's token, as upstream's clients do; None for open writes.
     """
 
     duration: float = 20.0
@@ -91,6 +96,7 @@ class RaceConfig:
     #: this machine, to count its CPU per patch (the embedded server of a
     #: run without ``mongodb_uri`` is counted anyway)
     database_pid: int | None = None
+    auth_file: str | None = PACKAGED_AUTH_FILE
 
     @property
     def runs(self) -> list[tuple[str, float]]:
@@ -228,7 +234,7 @@ def longest_invisible(writers: list[LoggingWriter], crawler: Crawler, until: flo
 
 
 def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str]:
-    return {
+    settings = {
         "mongodb.uri": config.mongodb_uri or "embedded://",
         "mongodb.db_name": "race_" + uuid.uuid4().hex[:12],
         "feed.watermark_seconds": repr(float(watermark)),
@@ -236,6 +242,9 @@ def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str
         "feed.sequencer": "thread" if order == "commit" and config.sequencer == "thread" else "off",
         "demo.write_delay_ms": config.write_delay,
     }
+    if config.auth_file:
+        settings["demo.auth_file"] = config.auth_file
+    return settings
 
 
 def database_clock(config: RaceConfig, registry: Any) -> Callable[[], float | None]:
@@ -281,15 +290,18 @@ def run_once(
         elif order == "commit":
             embedded = server.registry.feed_embedded
             uri = embedded.uri if embedded is not None else str(config.mongodb_uri)
-            worker = SequencerWorker(uri, settings["mongodb.db_name"]).start()
+            worker = SequencerWorker(uri, settings["mongodb.db_name"], auth_file=config.auth_file).start()
             progress(f"{label} starting the sequencer worker process")
             if not worker.wait_ready(server.registry.feed_store.db):
                 raise RuntimeError(f"the sequencer worker did not start: {worker.stop()}")
         api = server.api_url
         feed_url = f"{api}/tenders"
         progress(f"{label} creating {config.small} small and {config.large} large tenders")
-        small = create_many(api, config.small, large=False, seed=config.seed)
-        large = create_many(api, config.large, large=True, seed=None if config.seed is None else config.seed + 1)
+        access = Access(server.writer_key)
+        small = create_many(api, config.small, large=False, seed=config.seed, access=access)
+        large = create_many(
+            api, config.large, large=True, seed=None if config.seed is None else config.seed + 1, access=access
+        )
         crawler = Crawler(FeedClient(feed_url, limit=config.page_limit), config.poll_interval)
         if config.longpoll > 0:
             waiter = Crawler(
@@ -308,6 +320,7 @@ def run_once(
                 rate=per_writer,
                 seed=None if config.seed is None else config.seed + 10 + number,
                 name=f"writer-{number}",
+                access=access,
             )
             for number, ids in enumerate(_split_ids(small, large, config.writers))
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..demo.load import PatchWriter, create_tenders
+from ..demo.load import Access, PatchWriter, create_tenders
 
 
 class LoggingWriter(PatchWriter):
@@ -19,8 +19,9 @@ class LoggingWriter(PatchWriter):
         rate: float = 0.0,
         seed: int | None = None,
         name: str = "writer",
+        access: Access | None = None,
     ) -> None:
-        super().__init__(base_url, ids, rate=rate, seed=seed, name=name)
+        super().__init__(base_url, ids, rate=rate, seed=seed, name=name, access=access)
         self.acks: list[tuple[str, str, float]] = []
 
     def acknowledged(self, tender_id: str, date_modified: str, acked: float) -> None:
@@ -28,15 +29,30 @@ class LoggingWriter(PatchWriter):
         self.acks.append((tender_id, date_modified, acked))
 
 
-def create_many(api_url: str, count: int, large: bool, workers: int = 8, seed: int | None = None) -> list[str]:
-    """Create ``count`` tenders with up to ``workers`` parallel clients; their ids."""
+def create_many(
+    api_url: str,
+    count: int,
+    large: bool,
+    workers: int = 8,
+    seed: int | None = None,
+    access: Access | None = None,
+) -> list[str]:
+    """Create ``count`` tenders with up to ``workers`` parallel clients; their
+    ids (and their tokens in ``access``)."""
     if count <= 0:
         return []
     workers = max(1, min(workers, count))
     shares = [count // workers + (1 if number < count % workers else 0) for number in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
-            pool.submit(create_tenders, api_url, share, large, None if seed is None else seed * 1000 + number)
+            pool.submit(
+                create_tenders,
+                api_url,
+                share,
+                large,
+                None if seed is None else seed * 1000 + number,
+                access=access,
+            )
             for number, share in enumerate(shares)
             if share
         ]

@@ -29,8 +29,9 @@ DELAY_RE = re.compile(r"commit-to-checkpoint median (\d+) ms, max (\d+) ms")
 class SequencerWorker:
     """``openprocurement-feed sequence`` on database ``db_name`` at ``uri``."""
 
-    def __init__(self, uri: str, db_name: str, collection: str = "tenders") -> None:
+    def __init__(self, uri: str, db_name: str, collection: str = "tenders", auth_file: str | None = None) -> None:
         self.uri = uri
+        self.auth_file = auth_file
         self.db_name = db_name
         self.collection = collection
         self.process: subprocess.Popen[bytes] | None = None
@@ -45,7 +46,7 @@ class SequencerWorker:
             handle.write(
                 "[app:main]\nuse = egg:openprocurement_feed#demo\n"
                 f"mongodb.uri = {self.uri}\nmongodb.db_name = {self.db_name}\n"
-                "feed.order = commit\n"
+                "feed.order = commit\n" + (f"demo.auth_file = {self.auth_file}\n" if self.auth_file else "")
             )
         self._log = open(os.path.join(self._dir, "sequencer.log"), "w+b")  # noqa: SIM115 - open until stop()
         self.process = subprocess.Popen(
