@@ -19,6 +19,9 @@ METRICS = ["prometheus_client>=0.17"]
 # The feed pages' JSON renderer uses orjson when installed (several times
 # faster than the standard library on a 1000-item page); optional.
 FAST = ["orjson>=3.8"]
+# Serving many long-poll waiters: gunicorn with gevent workers
+# (examples/gunicorn_gevent.conf.py; tests/test_gunicorn_gevent.py).
+DEPLOY = ["gunicorn>=23", "gevent>=24.10.1"]
 TEST = [
     "build>=1.0",
     "pytest>=7.4",
@@ -33,6 +36,7 @@ TEST = [
     *DOCS,
     *METRICS,
     *FAST,
+    *DEPLOY,
 ]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
 # checks the types; the stubs cover the typed-by-stub libraries the package
@@ -79,6 +83,7 @@ setup(
         "docs": DOCS,
         "metrics": METRICS,
         "fast": FAST,
+        "deploy": DEPLOY,
         "test": TEST,
         "lint": LINT,
         "matrix": MATRIX,
