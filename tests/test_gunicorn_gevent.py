@@ -112,10 +112,10 @@ def gunicorn(mongodb_uri: str, db_name: str, tmp_path: Path) -> Iterator[tuple[s
         while True:
             assert process.poll() is None, (tmp_path / "gunicorn.log").read_text()
             try:
-                if requests.get(f"{base}{PREFIX}/tenders", timeout=2).status_code == 200:
+                if requests.get(f"{base}{PREFIX}/tenders", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or its first request (index creation) still runs
             assert time.monotonic() < deadline, "gunicorn did not answer in 30 s"
             time.sleep(0.2)
         yield process, base
