@@ -57,6 +57,10 @@ def rss_kb(pid: int) -> int:
     raise AssertionError(f"no VmRSS for process {pid}")
 
 
+#: a broker of the demo's auth file (openprocurement_feed/demo/auth.ini)
+BROKER_KEY = "demo-broker-key"
+
+
 def worker_pid(master: int) -> int:
     """The one worker of gunicorn's master ``master``."""
     with open(f"/proc/{master}/task/{master}/children", encoding="ascii") as handle:
@@ -137,7 +141,11 @@ def timed(send: Any) -> tuple[requests.Response, float]:
 def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[bytes], str]) -> None:
     process, base = gunicorn
     api = base + PREFIX
-    tender = requests.post(f"{api}/tenders", json={"data": {"title": "t"}}, timeout=10).json()["data"]
+    # the ini's demo brokers (demo.auth_file): writes carry a broker's key
+    # and, for a change, the object's token
+    key = {"Authorization": f"Bearer {BROKER_KEY}"}
+    created_tender = requests.post(f"{api}/tenders", json={"data": {"title": "t"}}, headers=key, timeout=10).json()
+    tender, tender_token = created_tender["data"], created_tender["access"]["token"]
     time.sleep(0.5)  # past the watermark
     offset = head(base)
     worker = worker_pid(process.pid)
@@ -159,13 +167,18 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
     # ordinary requests meanwhile: drafts do not show in the feed, so they
     # do not wake the waiters
     draft = {"data": {"title": "d", "status": "draft"}}
-    created, post_seconds = timed(lambda: requests.post(f"{api}/tenders", json=draft, timeout=10))
+    created, post_seconds = timed(lambda: requests.post(f"{api}/tenders", json=draft, headers=key, timeout=10))
     assert created.status_code == 201, created.text
-    draft_id = created.json()["data"]["id"]
+    draft_id, draft_token = created.json()["data"]["id"], created.json()["access"]["token"]
     ordinary = {
         "POST a draft tender": post_seconds,
         "PATCH the draft": timed(
-            lambda: requests.patch(f"{api}/tenders/{draft_id}", json={"data": {"title": "d2"}}, timeout=10)
+            lambda: requests.patch(
+                f"{api}/tenders/{draft_id}?acc_token={draft_token}",
+                json={"data": {"title": "d2"}},
+                headers=key,
+                timeout=10,
+            )
         )[1],
         "GET a tender": timed(lambda: requests.get(f"{api}/tenders/{tender['id']}", timeout=10))[1],
         "GET a feed page": timed(lambda: requests.get(f"{api}/tenders?offset={offset}", timeout=10))[1],
@@ -177,7 +190,12 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
     assert not any(waiter.response or waiter.error for waiter in waiters)
 
     # one change answers every waiter with it
-    patched = requests.patch(f"{api}/tenders/{tender['id']}", json={"data": {"title": "t2"}}, timeout=10)
+    patched = requests.patch(
+        f"{api}/tenders/{tender['id']}?acc_token={tender_token}",
+        json={"data": {"title": "t2"}},
+        headers=key,
+        timeout=10,
+    )
     assert patched.status_code == 200, patched.text
     changed_at = time.monotonic()
     for waiter in waiters:
