@@ -52,23 +52,31 @@ class FeedParams:
     raw_timeout: str = ""
 
     def link_params(self, offset: str, flip: bool = False) -> dict[str, str]:
-        """The query parameters of a page link, sorted by name."""
+        """The query parameters of a page link, in upstream's order: ``mode``,
+        ``limit``, ``descending``, ``opt_fields``, then ``offset``; a flipped
+        (``prev_page``) link of a forward request appends ``descending``
+        after ``opt_fields``, as upstream's does. An empty offset (an empty
+        first page) is left out of the query, as upstream leaves it; the
+        link's ``offset`` field is still ``""``."""
         params: dict[str, str] = {}
+        if self.mode:
+            params["mode"] = self.mode
         if self.limit_given:
             params["limit"] = str(self.limit)
-        if self.descending != flip:
+        if self.descending and not flip:
             params["descending"] = "1"
         if self.opt_fields:
             params["opt_fields"] = ",".join(self.opt_fields)
-        if self.mode:
-            params["mode"] = self.mode
+        if flip and not self.descending:
+            params["descending"] = "1"
         if self.longpoll and not flip:
             # forward links only: a descending long-poll is refused
             params["feed"] = LONGPOLL
             if self.raw_timeout:
                 params["timeout"] = self.raw_timeout
-        params["offset"] = offset
-        return dict(sorted(params.items()))
+        if offset:
+            params["offset"] = offset
+        return params
 
 
 def parse_limit(raw: str | None, default: int, maximum: int) -> tuple[int, bool]:

@@ -133,9 +133,11 @@ def page_link(
 ) -> dict[str, str]:
     """A ``{"offset", "path", "uri"}`` link to the current route with ``params``
     (``path`` and ``host_url``: the request's, when the caller has them already)."""
-    path = (request.path if path is None else path) + "?" + query_string(params)
+    path = request.path if path is None else path
+    if params:
+        path += "?" + query_string(params)
     return {
-        "offset": params["offset"],
+        "offset": params.get("offset", ""),
         "path": path,
         "uri": (request.host_url if host_url is None else host_url) + path,
     }

@@ -41,10 +41,28 @@ def test_empty_feed(demo_app: Any) -> None:
         "data": [],
         "next_page": {
             "offset": "",
-            "path": FEED + "?offset=",
-            "uri": "http://localhost" + FEED + "?offset=",
+            # as upstream's: no empty offset in the query
+            "path": FEED,
+            "uri": "http://localhost" + FEED,
         },
     }
+
+
+def test_links_put_the_parameters_in_upstreams_order(demo_app: Any, put_docs: Put) -> None:
+    """mode, limit, descending, opt_fields, offset; a prev_page of a forward
+    request appends descending after opt_fields (upstream's dict order)."""
+    put_docs([1000.0, 1001.0, 1002.0])
+    query = "opt_fields=status&limit=2&mode=_all_"
+    body = demo_app.get(f"{FEED}?{query}").json
+    offset = body["next_page"]["offset"]
+    assert body["next_page"]["path"] == f"{FEED}?mode=_all_&limit=2&opt_fields=status&offset={offset}"
+    body = demo_app.get(f"{FEED}?{query}&offset={offset}").json
+    first = body["prev_page"]["offset"]
+    assert body["prev_page"]["path"] == f"{FEED}?mode=_all_&limit=2&opt_fields=status&descending=1&offset={first}"
+    body = demo_app.get(f"{FEED}?descending=yes&{query}").json
+    offset = body["next_page"]["offset"]
+    assert body["next_page"]["path"] == f"{FEED}?mode=_all_&limit=2&descending=1&opt_fields=status&offset={offset}"
+    assert body["prev_page"]["path"].startswith(f"{FEED}?mode=_all_&limit=2&opt_fields=status&offset=")
 
 
 def test_items_carry_id_and_default_fields_only(demo_app: Any, put_docs: Put) -> None:

@@ -129,7 +129,7 @@ def test_longpoll_with_descending_is_a_400_naming_feed(demo_app: Any) -> None:
 def test_other_feed_values_and_a_timeout_without_longpoll_are_ignored(demo_app: Any) -> None:
     for query in ({"feed": "changes"}, {"feed": "dateModified", "timeout": "abc"}, {"timeout": "999"}):
         page = demo_app.get(TENDERS, query).json
-        assert page["next_page"]["path"] == f"{TENDERS}?offset=", query
+        assert page["next_page"]["path"] == TENDERS, query
 
 
 def test_links_echo_longpoll_forward_only(demo_app: Any, put_docs: Callable[..., Any]) -> None:
@@ -151,7 +151,7 @@ def test_timeout_zero_answers_an_empty_page_at_once(demo_app: Any) -> None:
     started = time.monotonic()
     page = demo_app.get(TENDERS, {"feed": "longpoll", "timeout": "0"}).json
     assert page["data"] == [] and time.monotonic() - started < 5
-    assert page["next_page"]["path"] == f"{TENDERS}?feed=longpoll&offset=&timeout=0"
+    assert page["next_page"]["path"] == f"{TENDERS}?feed=longpoll&timeout=0"
 
 
 def test_longpoll_settings_are_validated() -> None:
