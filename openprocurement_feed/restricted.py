@@ -26,8 +26,10 @@ objects and lists) replaced by placeholders such as :data:`MASK_STRING`.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -118,9 +120,10 @@ class ItemPolicy:
             raise ConfigurationError("a restricted feed needs at least one owner field")
         if self.item_view is not None and not callable(self.item_view):
             raise ConfigurationError(f"item_view must be callable, got {self.item_view!r}")
-        for path in self.masks:
-            if not isinstance(path, str) or not all(path.split(".")):
-                raise ConfigurationError(f"masks: {path!r} is not a field name or a dotted path")
+        masks = {}
+        for path, value in self.masks.items():
+            masks[mask_key(path)] = value
+        object.__setattr__(self, "masks", masks)
         if self.restricted_permission is not None and (
             not isinstance(self.restricted_permission, str) or not self.restricted_permission
         ):
@@ -213,14 +216,36 @@ class ItemPolicy:
         return masked
 
     def restricted_item(self, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-        """What everyone but the owner sees of a restricted row."""
+        """What everyone but the owner sees of a restricted row: its ``id``,
+        ``restricted``, the placeholders of the asked fields that ``masks``
+        names, and the asked safe fields with the ``masks`` paths under them
+        replaced (``contracts.suppliers.name`` inside a safe ``contracts``).
+        With ``safe_fields=("*",)`` every asked field is shown so, as
+        upstream's restricted listings show it."""
         item: dict[str, Any] = {"id": row["_id"], "restricted": True}
+        every = ALL_FIELDS in self.safe_fields
         for name in fields:
             if name in self.masks:
                 item[name] = self.masks[name]
-            elif name in self.safe_fields and name in row:
-                item[name] = row[name]
+            elif (every or name in self.safe_fields) and name in row:
+                value = row[name]
+                nested = self.nested_masks.get(name)
+                if nested:
+                    value = copy.deepcopy(value)
+                    for parts, placeholder in nested:
+                        mask_path(value, parts, placeholder)
+                item[name] = value
         return item
+
+    @cached_property
+    def nested_masks(self) -> dict[str, list[tuple[list[str], Any]]]:
+        """The ``masks`` paths below a top-level field, by that field."""
+        found: dict[str, list[tuple[list[str], Any]]] = {}
+        for path, value in self.masks.items():
+            head, _, rest = path.partition(".")
+            if rest:
+                found.setdefault(head, []).append((rest.split("."), value))
+        return found
 
     def renderer(self, request: Request, default: RowRenderer) -> RowRenderer:
         """The renderer of one page's rows for ``request``; ``default``
@@ -242,6 +267,29 @@ class ItemPolicy:
             return show(row, fields)
 
         return render
+
+
+#: ``safe_fields=(ALL_FIELDS,)``: a restricted item shows every asked field,
+#: masked (upstream's restricted listings).
+ALL_FIELDS = "*"
+#: An upstream mask path (JSONPath): ``$.`` and ``[*]`` are dropped.
+JSONPATH_RE = re.compile(r"^(\$\.)?[A-Za-z_][A-Za-z0-9_]*(\[\*\])?(\.[A-Za-z_][A-Za-z0-9_]*(\[\*\])?)*$")
+
+
+def mask_key(path: Any) -> str:
+    """A ``masks`` key as a dotted path: a field name, a dotted path
+    (``contracts.suppliers.name``, through objects and every element of a
+    list), or upstream's JSONPath form of one (``$.contracts[*].suppliers[*].name``).
+
+    :raises ConfigurationError: for anything else (JSONPath filters,
+        indexes, recursive descent).
+    """
+    if not isinstance(path, str) or not JSONPATH_RE.match(path):
+        raise ConfigurationError(
+            f"masks: {path!r} is not a field name, a dotted path or a JSONPath such as "
+            "'$.contracts[*].suppliers[*].name' (only '$.', names and '[*]')"
+        )
+    return path.removeprefix("$.").replace("[*]", "")
 
 
 def is_restricted(doc: Mapping[str, Any]) -> bool:

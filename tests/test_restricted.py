@@ -242,3 +242,71 @@ def test_masks_and_item_view(demo_app: Any, settings: dict[str, str]) -> None:
         assert data[1] == {"id": plain["_id"], "shown": ["dateModified", "title"]}
     finally:
         app.registry.feed_store.close()
+
+
+def test_upstreams_mask_mapping_masks_inside_listed_fields(demo_app: Any, settings: dict[str, str]) -> None:
+    """Upstream's mapping (JSONPath through lists) masks inside the fields a
+    restricted item shows; ``safe_fields=("*",)`` shows every asked field so,
+    as upstream's restricted listings do. The owner sees the real values."""
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed.testing import save_in_the_past
+
+    class RemoteUser:
+        """The user of ``REMOTE_USER``, as a host's policy would say it."""
+
+        def authenticated_userid(self, request: Any) -> Any:
+            return request.environ.get("REMOTE_USER")
+
+        def identity(self, request: Any) -> Any:
+            return self.authenticated_userid(request)
+
+        def permits(self, request: Any, context: Any, permission: str) -> bool:
+            return permission != "view_restricted"
+
+    config = Configurator(settings=settings)
+    config.set_security_policy(RemoteUser())
+    config.include("openprocurement_feed")
+    config.add_feed(
+        "tenders",
+        allowed_fields=("title", "contracts"),
+        restricted=True,
+        safe_fields=("*",),
+        masks={"$.contracts[*].suppliers[*].name": MASK_STRING, "title": MASK_STRING},
+    )
+    app = config.make_wsgi_app()
+    store = demo_app.app.registry.feed_store
+    contracts = [{"id": "c1", "suppliers": [{"name": "Real Supplier LLC", "scale": "micro"}, {"name": "Second"}]}]
+    try:
+        (secret,) = save_in_the_past(
+            store,
+            store.collection("tenders"),
+            [{"title": SECRET, "config": {"restricted": True}, "owner": "broker", "contracts": contracts}],
+        )
+        (item,) = TestApp(app).get("/api/2.5/tenders?opt_fields=contracts,title").json["data"]
+        assert item["title"] == MASK_STRING
+        assert item["contracts"] == [
+            {"id": "c1", "suppliers": [{"name": MASK_STRING, "scale": "micro"}, {"name": MASK_STRING}]}
+        ]
+        assert "Real Supplier" not in json.dumps(item) and SECRET not in json.dumps(item)
+        owner = TestApp(app, extra_environ={"REMOTE_USER": "broker"})
+        (mine,) = owner.get("/api/2.5/tenders?opt_fields=contracts,title").json["data"]
+        assert mine["contracts"] == contracts and mine["title"] == SECRET
+        stored = store.collection("tenders").find_one({"_id": secret["_id"]})
+        assert stored["contracts"] == contracts  # masking never touches the stored document
+    finally:
+        app.registry.feed_store.close()
+
+
+@pytest.mark.parametrize("path", ["$..name", "$.contracts[0].name", "$.contracts[?(@.id)]", "", "a..b"])
+def test_a_mask_path_outside_the_supported_jsonpath_is_a_configuration_error(
+    settings: dict[str, str], path: str
+) -> None:
+    from pyramid.config import Configurator
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): masks: .* is not a field name"):
+        config.add_feed("tenders", restricted=True, masks={path: MASK_STRING})
