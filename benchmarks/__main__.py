@@ -12,9 +12,11 @@ documents), ``load`` (sustained load: crawlers and writers at once), ``demo-rate
 patch rate the demo API reaches with real-shaped documents), ``restricted``
 (a page's render time with the restricted-object rule against without),
 ``longpoll`` (``feed=longpoll``: PATCH-to-crawler delay beside polling
-crawlers, and the database's CPU with crawlers waiting at the head).
+crawlers, and the database's CPU with crawlers waiting at the head),
+``host`` (the feed page's CPU against an upstream-shaped host's own listing
+view, the feed in the host route's place).
 Without a part,
-``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics`` and ``orders`` run
+``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
 """
 
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
-PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics", "orders")
+PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics", "orders", "host")
 
 
 def document_count(value: str) -> int:
@@ -201,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import orders
 
             orders.run(seconds=args.order_seconds, rounds=args.order_rounds, hot=not args.no_hot, docs=args.docs)
+        elif part == "host":
+            from . import host_listing
+
+            host_listing.run(docs=args.docs)
         elif part == "metrics":
             from . import metrics_cost
 
