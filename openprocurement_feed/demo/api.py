@@ -107,6 +107,9 @@ def read_data(request: Request, resource: Resource) -> dict[str, Any]:
         raise BadRequest("body", f"Expecting a JSON body: {error}") from None
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
         raise BadRequest("data", 'Expecting an object {"data": {...}}')
+    access = body.get("access")
+    if access is not None and not (isinstance(access, dict) and isinstance(access.get("token", ""), str)):
+        raise BadRequest("access", 'Expecting "access": {"token": "..."}')
     data = body["data"]
     bad = sorted(key for key in data if key in INTERNAL_FIELDS or not isinstance(key, str) or key.startswith("$"))
     if bad:
