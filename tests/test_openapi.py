@@ -51,6 +51,7 @@ def host_app(settings: dict[str, str], **extra: str) -> Any:
         allowed_fields=("status", "qualificationID"),
     )
     config.add_feed("tenders", restricted=True, allowed_fields=("status",))
+    config.add_feed("plans", permission="view_plans")
     config.add_openapi_paths(
         lambda registry: {
             "paths": {
@@ -145,6 +146,12 @@ def test_a_restricted_feed_says_so(host: TestApp) -> None:
     }
     scoped = document["components"]["schemas"]["Page_submissions"]["properties"]["data"]["items"]
     assert "restricted" not in scoped["properties"]
+
+
+def test_a_feed_with_a_permission_may_answer_401_and_403(host: TestApp) -> None:
+    document = host.get(DOC).json
+    assert {"401", "403"} <= set(document["paths"]["/api/2.5/plans"]["get"]["responses"])
+    assert "401" not in document["paths"]["/api/2.5/tenders"]["get"]["responses"]
 
 
 def test_a_hook_adds_operations_beside_the_feeds(host: TestApp) -> None:
