@@ -32,9 +32,10 @@ TEST = [
     # tests/test_ops_files.py reads the Prometheus rules (ops/prometheus)
     "pyyaml>=6.0",
     # tests/test_openapi.py validates the OpenAPI document; tests/test_fuzz.py
-    # holds the demo to it (make test, make fuzz)
+    # holds the demo to it (make test, make fuzz). schemathesis 4 needs
+    # Python 3.11: on 3.10 (the matrix's py310) the fuzz tests are skipped.
     "openapi-spec-validator>=0.7",
-    "schemathesis>=4.0",
+    "schemathesis>=4.30; python_version >= '3.11'",
     *EMBEDDED,
     *CLIENT,
     *DOCS,
