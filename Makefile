@@ -17,7 +17,7 @@ empty :=
 space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
-.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts
+.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,11 +44,20 @@ test: $(STAMP_TEST)
 	$(BIN)/python -m pytest --durations=15 $(COV) $(ARGS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
-# ruff (lint, then the format check) and mypy, configured in pyproject.toml.
+# ruff (lint, then the format check), mypy and bandit, configured in pyproject.toml.
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/bandit -q -r openprocurement_feed -c pyproject.toml
+
+# schemathesis against the demo over HTTP (tests/test_fuzz.py), both feed
+# orders, with many more examples than make test runs: FUZZ_EXAMPLES
+# requests per operation and generation mode, FUZZ_STEPS stateful runs.
+FUZZ_EXAMPLES ?= 300
+FUZZ_STEPS ?= 100
+fuzz: $(STAMP_TEST)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_STEPS=$(FUZZ_STEPS) $(BIN)/python -m pytest -s -q tests/test_fuzz.py $(ARGS)
 
 # tox: Python 3.10-3.13, lint, docs and the combined coverage (tox.ini).
 # ARGS picks environments and pytest arguments, e.g. ARGS="-e py310 -- tests/test_offset.py".

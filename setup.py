@@ -31,6 +31,11 @@ TEST = [
     "hypothesis>=6.90",
     # tests/test_ops_files.py reads the Prometheus rules (ops/prometheus)
     "pyyaml>=6.0",
+    # tests/test_openapi.py validates the OpenAPI document; tests/test_fuzz.py
+    # holds the demo to it (make test, make fuzz). schemathesis 4 needs
+    # Python 3.11: on 3.10 (the matrix's py310) the fuzz tests are skipped.
+    "openapi-spec-validator>=0.7",
+    "schemathesis>=4.30; python_version >= '3.11'",
     *EMBEDDED,
     *CLIENT,
     *DOCS,
@@ -39,7 +44,7 @@ TEST = [
     *DEPLOY,
 ]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
-# checks the types; the stubs cover the typed-by-stub libraries the package
+# checks the types, bandit looks for security mistakes; the stubs cover the typed-by-stub libraries the package
 # and its tests use (pyramid and cornice have none: see pyproject.toml).
 LINT = [
     "ruff>=0.6",
@@ -49,6 +54,8 @@ LINT = [
     "types-waitress",
     "types-webob",
     "types-webtest",
+    # security checks of the package's code (make lint; pyproject.toml [tool.bandit])
+    "bandit>=1.7.5",
 ]
 # The Python matrix (make matrix).
 MATRIX = ["tox>=4.11"]

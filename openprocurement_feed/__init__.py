@@ -24,6 +24,10 @@
 * the probes for orchestrators at ``{feed.health_path}/live`` (no query) and
   ``{feed.health_path}/ready`` (503 only while the database cannot be
   reached), without a permission (:mod:`.probes`);
+* with ``feed.openapi`` on (the default), the OpenAPI 3.1 document of the
+  feeds at ``{route_prefix}/feeds/openapi.json`` and the
+  ``config.add_openapi_paths(hook)`` directive through which a host adds its
+  own operations (:mod:`.openapi`);
 * with ``feed.metrics_path`` set, ``registry.feed_metrics``, the Prometheus
   metrics view at that path and the tween that counts feed pages
   (:mod:`.metrics`, the ``metrics`` extra); nothing when it is empty;
@@ -69,6 +73,7 @@ from .offset import (
     compose_position,
     parse_offset,
 )
+from .openapi import add_openapi_paths, include_openapi
 from .orders import COMMIT, FeedNotReady
 from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer
@@ -259,6 +264,7 @@ def includeme(config: Configurator) -> None:
     config.include("cornice")
     config.add_directive("add_feed", add_feed)
     config.add_directive("set_feed_store", set_feed_store, action_wrap=False)
+    config.add_directive("add_openapi_paths", add_openapi_paths)
     if getattr(registry, "feed_settings", None) is not None:
         return
     config.add_renderer(RENDERER, FeedJSONRenderer())
@@ -305,6 +311,8 @@ def includeme(config: Configurator) -> None:
     )
     # Liveness and readiness probes for orchestrators, beside the verdict.
     include_probes(config, settings.health_path)
+    # The OpenAPI document of the feeds (and of what hosts add to it).
+    include_openapi(config, settings)
     if settings.sequencer in ("thread", "observe"):
         # Late, so that the feeds added after the include are known.
         defer(config, lambda: _start_sequencer(registry), order=10, discriminator=("openprocurement_feed.sequencer",))

@@ -18,7 +18,9 @@ import ctypes
 import os
 import shutil
 import signal
-import subprocess
+
+# bandit B404: runs our own fixed commands, never a shell
+import subprocess  # nosec B404
 import sys
 from types import FrameType
 
@@ -42,7 +44,10 @@ def main(argv: list[str]) -> int:
     # The database server runs without coverage.py's subprocess hooks (see
     # embedded.server_environment): it is not code of this package.
     environment = {key: value for key, value in os.environ.items() if not key.startswith("COVERAGE_PROCESS_")}
-    child = subprocess.Popen(command, preexec_fn=die_with_parent if linux else None, env=environment)
+    # bandit B603: the embedded server's argv, built by embedded.py
+    child = subprocess.Popen(  # nosec B603
+        command, preexec_fn=die_with_parent if linux else None, env=environment
+    )
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if child.poll() is None:

@@ -67,7 +67,8 @@ class Offset:
 
 def ids_digest(ids: Iterable[str]) -> str:
     """The hex md5 of the ids sorted and concatenated (the ``h`` part)."""
-    return hashlib.md5("".join(sorted(ids)).encode("utf-8")).hexdigest()
+    # a digest of ids in a cursor, not a security measure
+    return hashlib.md5("".join(sorted(ids)).encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def compose_offset(value: float, ids_at_value: Iterable[str]) -> str:

@@ -96,6 +96,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "longpoll_default_seconds": Setting("feed.longpoll_default_seconds", "FEED_LONGPOLL_DEFAULT_SECONDS", "25"),
         "longpoll_max_seconds": Setting("feed.longpoll_max_seconds", "FEED_LONGPOLL_MAX_SECONDS", "55"),
         "longpoll_max_waiters": Setting("feed.longpoll_max_waiters", "FEED_LONGPOLL_MAX_WAITERS", "auto"),
+        "openapi": Setting("feed.openapi", "FEED_OPENAPI", "true"),
     }
 )
 #: The longest watermark accepted without ``feed.long_watermark = true``.
@@ -151,6 +152,8 @@ class FeedSettings:
     longpoll_default_seconds: float = 25.0
     longpoll_max_seconds: float = 55.0
     longpoll_max_waiters: int | None = None
+    #: serve the OpenAPI document at ``{route_prefix}/feeds/openapi.json``
+    openapi: bool = True
 
     @property
     def embedded(self) -> bool:
@@ -461,4 +464,5 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         longpoll_default_seconds=longpoll_default,
         longpoll_max_seconds=longpoll_max,
         longpoll_max_waiters=parse_max_waiters(*raw("longpoll_max_waiters")),
+        openapi=parse_bool(*raw("openapi")),
     )

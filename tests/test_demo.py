@@ -50,6 +50,10 @@ def test_unknown_tender_is_404(demo_app: Any) -> None:
         ('{"data": {"$set": 1}}', "data"),
         ('{"data": {"status": "bogus"}}', "status"),
         ('{"data": {"mode": "prod"}}', "mode"),
+        # found by schemathesis (tests/test_fuzz.py): were accepted
+        ('{"data": {}, "access": true}', "access"),
+        ('{"data": {}, "access": null}', "access"),
+        ('{"data": {}, "access": {"token": 5}}', "access"),
     ],
 )
 def test_bad_bodies_are_422_with_the_error_body(demo_app: Any, body: str, name: str) -> None:

@@ -11,7 +11,8 @@ each resource — ``tenders``, ``plans`` and ``contracts``
 
 and, with ``demo.both_orders``, ``GET {prefix}/tenders-{order}``: the same
 tenders in the other order (``watermark`` or ``commit``). Every error is a
-JSON body, an unknown path included.
+JSON body, an unknown path included. The OpenAPI document of all of it is
+served at ``{prefix}/feeds/openapi.json`` (:mod:`.openapi`).
 
 With ``demo.auth_file`` (:mod:`.auth`), writes need a broker's key, and a
 change also the object's access token (issued once by the create, as
@@ -40,6 +41,7 @@ from pyramid.router import Router
 from ..restricted import MASK_DATE, MASK_ID, MASK_NUMBER, MASK_STRING, MASK_STRING_EN, RESTRICTED_PERMISSION
 from .api import add_error_views, add_resource_routes
 from .auth import read_auth_file
+from .openapi import demo_openapi
 from .resources import CONTRACTS, PLANS, RESOURCES, TENDERS, Resource
 from .security import DemoSecurityPolicy
 from .settings import DemoSettings, DemoStats, parse_demo_settings
@@ -88,6 +90,8 @@ def includeme(config: Configurator) -> None:
     for resource in RESOURCES:
         add_resource_routes(config, resource)
     add_error_views(config)
+    # The resources' operations in the OpenAPI document of the feeds.
+    config.add_openapi_paths(demo_openapi)
     # Restricted as upstream's: a tender with "config": {"restricted": true}
     # is masked for everyone but its owner and brokers accredited "r".
     restricted: dict[str, Any] = dict(
