@@ -482,7 +482,14 @@ class CollectionSequencer:
 
     def stream_pipeline(self) -> list[dict[str, Any]]:
         """Keep of each event only what an entry needs: the server encodes
-        and ships a few fields instead of whole documents."""
+        and ships a few fields instead of whole documents.
+
+        Measured on the embedded server (its CPU per event, 1000 events read
+        in batches, ``fullDocument: updateLookup``): 0.16-0.17 ms with this
+        stage against 0.09 ms without it for 3 KB documents, 0.18-0.19 ms
+        against 0.20 ms for 30 KB ones, which the sequencer would also have
+        to decode whole. Tenders are tens of KB and MongoDB runs the stage
+        in its own code, so it stays."""
         keep = {f"fullDocument.{name}": 1 for name in ("_id", *self.document_fields())}
         keep.update({name: 1 for name in ("operationType", "documentKey", "clusterTime", "wallTime", "ns")})
         return [{"$project": keep}]
