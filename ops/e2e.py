@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -393,11 +394,19 @@ def recording_writer_class() -> type:
 
     class RecordingWriter(PatchWriter):
         """A :class:`~openprocurement_feed.demo.load.PatchWriter` that keeps
-        ``acks[(id, dateModified)]``, the time each version was acknowledged."""
+        ``acks[(id, dateModified)]``, the time each version was acknowledged,
+        and ``refused``, the count of each HTTP status other than 200 (its
+        other errors are connection errors)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.acks: dict[tuple[str, str], float] = {}
+            self.refused: Counter[int] = Counter()
+            self.http.hooks["response"].append(self.answered)
+
+        def answered(self, response: Any, *args: Any, **kwargs: Any) -> None:
+            if response.status_code != 200:
+                self.refused[response.status_code] += 1
 
         def acknowledged(self, tender_id: str, date_modified: str, acked: float) -> None:
             super().acknowledged(tender_id, date_modified, acked)
@@ -943,9 +952,15 @@ class Run:
         elapsed = (timeline.writers_stopped or 0.0) - (timeline.writers_started or 0.0)
         rate = self.patches() / elapsed if elapsed > 0 else 0.0
         errors = sum(writer.stats.errors for writer in self.writers)
+        refused: Counter[int] = Counter()
+        for writer in self.writers:
+            refused.update(writer.refused)
+        causes = [f"{count} answered {status}" for status, count in sorted(refused.items())]
+        if errors > sum(refused.values()):
+            causes.append(f"{errors - sum(refused.values())} connection errors (the killed worker's)")
         lines.append(
             f"writes: {self.patches()} patches in {elapsed:.0f} s, {rate:.2f} patches/s "
-            f"(asked {self.options.rate:g}/s), {errors} failed (the killed worker's requests)"
+            f"(asked {self.options.rate:g}/s); {errors} failed" + (f": {', '.join(causes)}" if causes else "")
         )
         if rate < 0.7 * self.options.rate:
             problems.append(f"the writers reached {rate:.2f} patches/s, below 70 % of {self.options.rate:g}/s")
