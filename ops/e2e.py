@@ -8,10 +8,12 @@ the middle, and checks the promise end to end:
   off in the web workers, metrics on) under gunicorn with 3 workers and
   ``examples/gunicorn.conf.py`` (prometheus_client's multi-process mode);
 * 2 sequencers, ``openprocurement-feed sequence --observe production.ini``;
-* background writers patching the sample tenders, plans and contracts at
-  the rate of ``openprocurement-feed run`` (5 patches/s);
-* one reference crawler per feed, ``openprocurement-feed sync --follow``
-  (long-polling), writing what it receives to a JSON-lines file;
+* the seed's load (the race experiment's): 8 writers patching 70 small and
+  70 large tenders at 72 patches/s in all, each write held open 5-40 ms
+  (``DEMO_WRITE_DELAY_MS``);
+* the reference crawler, ``openprocurement-feed sync --follow`` on the
+  tenders feed (long-polling), writing what it receives to a JSON-lines
+  file;
 * a real Prometheus scraping the web workers every second, with the shipped
   rules of ``ops/prometheus/alerts.yml`` evaluated every second.
 
@@ -19,12 +21,17 @@ Mid-run it ``kill -9``\\ s one web worker (gunicorn starts another), then one
 sequencer, then stops the other (SIGTERM) until the shipped
 ``FeedPromiseAtRisk`` alert fires, and starts both again. It fails unless:
 
-* every crawler ends with the final version of every object of its feed as
-  the database holds it (0 lost);
+* the crawler ends with the final version of every tender as the database
+  holds it (0 lost);
 * the alert fired only while no sequencer ran, and resolved after they
   were started again;
-* the feeds' page counters that Prometheus scraped (the sum over the
-  workers, ``status="200"``) match the pages each crawler fetched.
+* the feed's page counter that Prometheus scraped (the sum over the
+  workers, ``status="200"``) matches the pages the crawler fetched, within
+  the long poll in flight when it stopped and its retried requests;
+* the writers reached half the rate asked, at least.
+
+``--drop-final N`` leaves the final versions of N tenders out of the
+crawler's output before the loss check: the test must then fail.
 
 One difference from production is deliberate: ``feed.checkpoint_threshold_seconds``
 is 2 s instead of 5 (``FEED_CHECKPOINT_THRESHOLD_SECONDS``), so that the
@@ -59,7 +66,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -71,8 +77,8 @@ GUNICORN_CONF = EXAMPLES / "gunicorn.conf.py"
 ALERTS = ROOT / "ops" / "prometheus" / "alerts.yml"
 PREFIX = "/api/2.5"
 ALERT = "FeedPromiseAtRisk"
-#: The crawled feeds and the collections behind them (the demo's resources).
-FEEDS = ("tenders", "plans", "contracts")
+#: The crawled feeds, each the name of its collection (the seed writes tenders).
+FEEDS = ("tenders",)
 #: ``examples/production.ini``'s database.
 DB_NAME = "openprocurement"
 #: The verdict threshold of the test (production.ini: 5 s).
@@ -415,27 +421,16 @@ def recording_writer_class() -> type:
     return RecordingWriter
 
 
-def seed_objects(api: str, counts: dict[str, int], seed: int) -> list[tuple[str, str]]:
-    """Create the sample objects as ``openprocurement-feed run`` does (4
-    clients at once); every object's ``(resource, id)``."""
-    from openprocurement_feed.demo.load import create_objects
+def seed_tenders(api: str, small: int, large: int, seed: int) -> tuple[list[str], list[str]]:
+    """Create the seed's sample tenders as the race experiment does (8
+    clients at once): the ids of the small ones (1 item) and the large ones
+    (10 items with long texts)."""
+    from openprocurement_feed.race.load import create_many
 
-    targets: list[tuple[str, str]] = []
-    clients = 4
-    for number, (resource, count) in enumerate(counts.items()):
-        tender_ids = [one for kind, one in targets if kind == "tenders"]
-        shares = [count // clients + (1 if part < count % clients else 0) for part in range(clients)]
-        with ThreadPoolExecutor(max_workers=clients) as pool:
-            futures = [
-                pool.submit(
-                    create_objects, api, resource, share, seed=(seed * 10 + number) * 100 + part, tender_ids=tender_ids
-                )
-                for part, share in enumerate(shares)
-                if share
-            ]
-            for future in futures:
-                targets += [(resource, one) for one in future.result()]
-    return targets
+    return (
+        create_many(api, small, large=False, seed=seed * 10),
+        create_many(api, large, large=True, seed=seed * 10 + 1),
+    )
 
 
 # -- figures -----------------------------------------------------------------
@@ -528,6 +523,7 @@ class Timeline:
     sequencer_killed: float | None = None
     outage_began: float | None = None
     outage_ended: float | None = None
+    caught_up: float | None = None
     writers_started: float | None = None
     writers_stopped: float | None = None
 
@@ -579,6 +575,7 @@ class Run:
         base_env.update(
             MONGODB_URI=self.database.uri,
             FEED_CHECKPOINT_THRESHOLD_SECONDS=str(THRESHOLD_SECONDS),
+            DEMO_WRITE_DELAY_MS=self.options.write_delay,
             PYTHONPATH=python_path,
             PYTHONUNBUFFERED="1",
         )
@@ -729,16 +726,13 @@ class Run:
 
     # -- load ------------------------------------------------------------
 
-    def seed_and_crawl(self) -> list[tuple[str, str]]:
+    def seed_and_crawl(self) -> tuple[list[str], list[str]]:
         assert self.processes is not None
         api = self.base + PREFIX
-        counts = {"tenders": self.options.tenders, "plans": self.options.plans, "contracts": self.options.contracts}
+        options = self.options
         started = time.monotonic()
-        targets = seed_objects(api, counts, self.options.seed)
-        self.say(
-            f"seeded {', '.join(f'{count} {name}' for name, count in counts.items())} "
-            f"through the API in {time.monotonic() - started:.1f} s"
-        )
+        small, large = seed_tenders(api, options.small, options.large, options.seed)
+        self.say(f"seeded {len(small)} small and {len(large)} large tenders in {time.monotonic() - started:.1f} s")
         for feed in FEEDS:
             out = self.workdir / f"crawler-{feed}.jsonl"
             command = [sys.executable, "-m", "openprocurement_feed.cli", "sync", f"{api}/{feed}"]
@@ -749,29 +743,42 @@ class Run:
             tail.start()
             self.tails[feed] = tail
             self.threads.append(tail)
-        self.say(f"crawlers started: openprocurement-feed sync --follow --longpoll {LONGPOLL_SECONDS} for {FEEDS}")
+        self.say(
+            f"crawler started: openprocurement-feed sync --follow --longpoll {LONGPOLL_SECONDS} "
+            f"for the feed{'s' if len(FEEDS) > 1 else ''} {', '.join(FEEDS)}"
+        )
         self.clock.wait_for(
             "the crawlers receiving the seeded objects",
-            lambda: self.require_running() and all(tail.count() >= counts[feed] for feed, tail in self.tails.items()),
+            lambda: (
+                self.require_running() and all(tail.count() >= len(small) + len(large) for tail in self.tails.values())
+            ),
             60,
         )
-        return targets
+        return small, large
 
-    def start_writers(self, targets: list[tuple[str, str]]) -> None:
-        from openprocurement_feed.demo.load import Pacer, writers_for_rate
-
+    def start_writers(self, small: list[str], large: list[str]) -> None:
+        """The seed's writers: half of them patch the small tenders, half the
+        large ones, each at its share of ``--rate`` (as the race experiment)."""
         writer_class = recording_writer_class()
-        count = max(4, writers_for_rate(self.options.rate, (0, 0)))
-        pacer = Pacer(self.options.rate)
+        count = self.options.writers
         api = self.base + PREFIX
         self.writers = [
-            writer_class(api, targets, pacer=pacer, seed=self.options.seed * 1000 + n, name=f"writer-{n}")
+            writer_class(
+                api,
+                (small if n % 2 == 0 else large) if small and large and count > 1 else small + large,
+                rate=self.options.rate / count,
+                seed=self.options.seed * 1000 + n,
+                name=f"writer-{n}",
+            )
             for n in range(count)
         ]
         for writer in self.writers:
             writer.start()
         self.timeline.writers_started = self.clock.now()
-        self.say(f"{count} writers patch {len(targets)} objects at {self.options.rate:g} patches/s")
+        self.say(
+            f"{count} writers patch {len(small) + len(large)} tenders at {self.options.rate:g} patches/s, "
+            f"each write held open {self.options.write_delay} ms"
+        )
 
     def patches(self) -> int:
         return sum(writer.stats.patches for writer in self.writers)
@@ -891,6 +898,7 @@ class Run:
             self.options.alert_timeout,
             0.25,
         )
+        self.timeline.caught_up = self.clock.now()
         self.say(f"{ALERT} resolved: {self.status()}")
 
     # -- the end ---------------------------------------------------------
@@ -957,13 +965,15 @@ class Run:
             refused.update(writer.refused)
         causes = [f"{count} answered {status}" for status, count in sorted(refused.items())]
         if errors > sum(refused.values()):
-            causes.append(f"{errors - sum(refused.values())} connection errors (the killed worker's)")
+            causes.append(f"{errors - sum(refused.values())} connection errors (requests of the killed worker)")
         lines.append(
             f"writes: {self.patches()} patches in {elapsed:.0f} s, {rate:.2f} patches/s "
             f"(asked {self.options.rate:g}/s); {errors} failed" + (f": {', '.join(causes)}" if causes else "")
         )
-        if rate < 0.7 * self.options.rate:
-            problems.append(f"the writers reached {rate:.2f} patches/s, below 70 % of {self.options.rate:g}/s")
+        if rate < 0.5 * self.options.rate:  # a machine too busy for the test to mean much
+            problems.append(
+                f"the writers reached {rate:.2f} patches/s, below half of the {self.options.rate:g}/s asked"
+            )
         # lost: every final version of the database in the crawlers' output
         total_lost = 0
         for feed in FEEDS:
@@ -988,14 +998,16 @@ class Run:
         delays = [max(0.0, seen[key] - ack) for key, ack in acks.items() if key in seen]
         wall_start = time.time() - self.clock.now()
         began = wall_start + (timeline.outage_began or 0.0)
-        ended = wall_start + (timeline.outage_ended or 0.0)
+        # from a second before the last sequencer's stop to the alert's
+        # resolution (the sequencers caught up)
+        ended = wall_start + (timeline.caught_up or timeline.outage_ended or 0.0)
         calm = [
             max(0.0, seen[key] - ack) for key, ack in acks.items() if key in seen and not (began - 1 <= ack <= ended)
         ]
         lines.append(
             f"crawler delay (write acknowledged -> in the crawler's file), {len(delays)} versions: "
             f"p50 {fmt_ms(percentile(delays, 0.5))}, p99 {fmt_ms(percentile(delays, 0.99))}, "
-            f"max {fmt_ms(max(delays, default=None))}; outside the outage ({len(calm)}): "
+            f"max {fmt_ms(max(delays, default=None))}; outside the outage and the catch-up after it ({len(calm)}): "
             f"p50 {fmt_ms(percentile(calm, 0.5))}, p99 {fmt_ms(percentile(calm, 0.99))}"
         )
         # the alert
@@ -1073,8 +1085,8 @@ def scenario(run: Run) -> list[str]:
     """The whole test: start everything, the faults, the checks."""
     options = run.options
     run.start()
-    targets = run.seed_and_crawl()
-    run.start_writers(targets)
+    small, large = run.seed_and_crawl()
+    run.start_writers(small, large)
     run.hold(options.steady, "steady, 3 workers and 2 sequencers")
     run.kill_worker()
     run.hold(options.phase, "after the worker's restart")
@@ -1093,11 +1105,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="The production-shaped end-to-end test (make test-ops): gunicorn workers, two sequencers, "
         "writers, crawlers and a real Prometheus with the shipped alert rules, with faults mid-run.",
     )
-    parser.add_argument("--rate", type=float, default=5.0, help="patches per second (default: %(default)s)")
+    parser.add_argument(
+        "--rate", type=float, default=72.0, help="patches per second, all writers (default: the seed's, %(default)s)"
+    )
+    parser.add_argument("--writers", type=int, default=8, help="writer threads (default: %(default)s)")
+    parser.add_argument("--small", type=int, default=70, help="small tenders, 1 item (default: %(default)s)")
+    parser.add_argument("--large", type=int, default=70, help="large tenders, 10 items (default: %(default)s)")
+    parser.add_argument(
+        "--write-delay",
+        default="5-40",
+        metavar="MS",
+        help="demo.write_delay_ms: milliseconds each write stays open after its stamp (default: %(default)s)",
+    )
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (default: %(default)s)")
-    parser.add_argument("--tenders", type=int, default=30, help="sample tenders (default: %(default)s)")
-    parser.add_argument("--plans", type=int, default=20, help="sample plans (default: %(default)s)")
-    parser.add_argument("--contracts", type=int, default=20, help="sample contracts (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the sample documents (default: %(default)s)")
     parser.add_argument("--steady", type=float, default=15.0, help="seconds of load before and after the faults")
     parser.add_argument("--phase", type=float, default=10.0, help="seconds between two faults (default: %(default)s)")
@@ -1124,9 +1144,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the test must then fail with N lost",
     )
     args = parser.parse_args(argv)
-    for name in ("rate", "workers", "tenders", "plans", "contracts"):
+    for name in ("rate", "workers", "writers"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive")
+    if args.small < 0 or args.large < 0 or args.small + args.large == 0:
+        parser.error("--small and --large must not be negative, nor both 0")
+    try:
+        from openprocurement_feed.demo.settings import parse_delay
+
+        parse_delay(args.write_delay, "--write-delay")
+    except Exception as error:  # pyramid's ConfigurationError, with the reason
+        parser.error(str(error))
     if args.workers < 2:
         parser.error("--workers must be at least 2 (one of them is killed)")
     return args
