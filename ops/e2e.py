@@ -1162,16 +1162,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def interrupts_as_keyboard() -> Iterator[None]:
-    """SIGTERM stops the test like Ctrl-C does (the teardown runs)."""
+    """SIGINT (also where a background job ignores it) and SIGTERM stop the
+    test with a KeyboardInterrupt: the teardown runs."""
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
