@@ -88,7 +88,7 @@ test-alerts:
 # The production-shaped end-to-end test (ops/e2e.py; docs/deploying.rst,
 # "The production-shaped test"): the demo under gunicorn with 3 workers, 2
 # sequencers, writers, crawlers and a real Prometheus with the rules of
-# ops/prometheus, a web worker and the sequencers killed mid-run; about two
+# ops/prometheus, a web worker and the sequencers killed mid-run; two to three
 # minutes. Needs prometheus and promtool (Debian/Ubuntu: apt-get install
 # prometheus): without them it fails with status 2, or prints a skip line
 # and passes with OPS_OPTIONAL=1.

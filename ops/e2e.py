@@ -88,7 +88,8 @@ LONGPOLL_SECONDS = 5
 #: The summary line of ``openprocurement-feed sync``.
 SYNC_SUMMARY = re.compile(
     r"Synced (?P<items>\d+) items.* from (?P<pages>\d+) pages \((?P<backward>\d+) backward, "
-    r"(?P<forward>\d+) forward, (?P<polls>\d+) empty polls\).*?retries: (?P<retries>\d+); "
+    r"(?P<forward>\d+) forward, (?P<polls>\d+) empty polls\).*?Duplicates filtered: (?P<duplicates>\d+); "
+    r"retries: (?P<retries>\d+); "
     r"offset restarts: (?P<restarts>\d+)\.",
     re.S,
 )
@@ -455,6 +456,7 @@ class CrawlerFigures:
     polls: int
     retries: int
     restarts: int
+    duplicates: int = 0
 
     @property
     def requests_answered(self) -> int:
@@ -477,6 +479,7 @@ def parse_sync_summary(text: str) -> CrawlerFigures | None:
         polls=int(found["polls"]),
         retries=int(found["retries"]),
         restarts=int(found["restarts"]),
+        duplicates=int(found["duplicates"]),
     )
 
 
@@ -769,15 +772,20 @@ class Run:
 
     def start_writers(self, small: list[str], large: list[str]) -> None:
         """The seed's writers: half of them patch the small tenders, half the
-        large ones, each at its share of ``--rate`` (as the race experiment)."""
+        large ones (as the race experiment), on one schedule at ``--rate``
+        that does not burst to catch up after a stall
+        (:class:`~openprocurement_feed.demo.load.Pacer`)."""
+        from openprocurement_feed.demo.load import Pacer
+
         writer_class = recording_writer_class()
+        pacer = Pacer(self.options.rate)
         count = self.options.writers
         api = self.base + PREFIX
         self.writers = [
             writer_class(
                 api,
                 (small if n % 2 == 0 else large) if small and large and count > 1 else small + large,
-                rate=self.options.rate / count,
+                pacer=pacer,
                 seed=self.options.seed * 1000 + n,
                 name=f"writer-{n}",
             )
@@ -1005,7 +1013,8 @@ class Run:
             note = f" ({len(dropped)} dropped on purpose by --drop-final)" if dropped else ""
             lines.append(
                 f"lost ({feed}): {len(lost)} of {len(finals[feed])} final versions{note}; "
-                f"{figures[feed].items} items received, {len(received)} distinct versions"
+                f"{figures[feed].items} items received, {len(received)} distinct versions, "
+                f"{figures[feed].duplicates} duplicates filtered by the crawler"
             )
             if lost:
                 problems.append(f"the {feed} crawler lost {len(lost)} final versions: {', '.join(lost[:5])}")

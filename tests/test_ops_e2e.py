@@ -31,10 +31,13 @@ def e2e() -> ModuleType:
 
 
 def test_reads_the_sync_commands_summary(e2e: Any) -> None:
-    stats = SyncStats(items=158, pages=104, forward_pages=103, backward_pages=1, polls=8, retries=1, elapsed=90.0)
+    stats = SyncStats(
+        items=158, duplicates=7, pages=104, forward_pages=103, backward_pages=1, polls=8, retries=1, elapsed=90.0
+    )
     text = "some log line\n" + summary(stats, "state.json", "out.jsonl") + "\n"
     figures = e2e.parse_sync_summary(text)
     assert (figures.items, figures.pages, figures.polls, figures.retries, figures.restarts) == (158, 104, 8, 1, 0)
+    assert figures.duplicates == 7
     # pages with items, empty polls and the uncounted empty end of history
     assert figures.requests_answered == 113
     assert e2e.parse_sync_summary("openprocurement-feed sync: cannot connect") is None
