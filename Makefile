@@ -17,7 +17,7 @@ empty :=
 space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
-.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz
+.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,17 @@ test-alerts:
 	fi
 	$(PROMTOOL) check rules ops/prometheus/alerts.yml
 	cd ops/prometheus && $(PROMTOOL) test rules alerts_test.yml
+
+# The production-shaped end-to-end test (ops/e2e.py; docs/deploying.rst,
+# "The production-shaped test"): the demo under gunicorn with 3 workers, 2
+# sequencers, writers, crawlers and a real Prometheus with the rules of
+# ops/prometheus, a web worker and the sequencers killed mid-run; two to three
+# minutes. Needs prometheus and promtool (Debian/Ubuntu: apt-get install
+# prometheus): without them it fails with status 2, or prints a skip line
+# and passes with OPS_OPTIONAL=1.
+OPS_OPTIONAL ?=
+test-ops: $(STAMP_TEST)
+	OPS_OPTIONAL="$(OPS_OPTIONAL)" PROMTOOL="$(PROMTOOL)" $(BIN)/python ops/e2e.py $(ARGS)
 
 dist: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet build
