@@ -248,7 +248,7 @@ def test_a_field_added_to_a_live_feed_is_rematerialized_and_nothing_is_lost_or_r
     store = second.app.registry.feed_store
     try:
         more = write(store, 10, "b")
-        assert path.endswith("&opt_fields=title"), "status was not allowed: its link dropped it"
+        assert "&opt_fields=title&" in path, "status was not allowed: its link dropped it"
         path = path.replace("opt_fields=title", "opt_fields=status%2Ctitle")  # the crawler asks for it again
         path = crawl_from(second, path, seen)
         wait_listing(store, ("dateModified", "public_modified", "status", "title"))
