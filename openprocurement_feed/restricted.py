@@ -272,8 +272,12 @@ class ItemPolicy:
 #: ``safe_fields=(ALL_FIELDS,)``: a restricted item shows every asked field,
 #: masked (upstream's restricted listings).
 ALL_FIELDS = "*"
-#: An upstream mask path (JSONPath): ``$.`` and ``[*]`` are dropped.
-JSONPATH_RE = re.compile(r"^(\$\.)?[A-Za-z_][A-Za-z0-9_]*(\[\*\])?(\.[A-Za-z_][A-Za-z0-9_]*(\[\*\])?)*$")
+#: An upstream mask path (JSONPath): ``$.`` and ``[*]`` are dropped. A name
+#: may carry several ``[*]`` (``$.changes[*].documents[*][*].title``, which
+#: upstream's contract mapping holds): as in jsonpath-ng, a ``[*]`` applied
+#: to an element that is not a list is that element, and lists of lists are
+#: walked through (:func:`mask_path`), so repeated ones mean one.
+JSONPATH_RE = re.compile(r"^(\$\.)?[A-Za-z_][A-Za-z0-9_]*(\[\*\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[\*\])*)*$")
 
 
 def mask_key(path: Any) -> str:

@@ -310,3 +310,31 @@ def test_a_mask_path_outside_the_supported_jsonpath_is_a_configuration_error(
     config.include("openprocurement_feed")
     with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): masks: .* is not a field name"):
         config.add_feed("tenders", restricted=True, masks={path: MASK_STRING})
+
+
+def test_repeated_list_wildcards_in_a_mask_path_mask_as_upstream_does(settings: dict[str, str]) -> None:
+    """Upstream's contract mapping holds ``$.changes[*].documents[*][*].title``
+    (its ``$..documents`` replacement rules expand to it); jsonpath-ng reads
+    the second ``[*]`` on a document as the document itself."""
+    from pyramid.config import Configurator
+
+    from openprocurement_feed.restricted import mask_key
+
+    assert mask_key("$.changes[*].documents[*][*].title") == "changes.documents.title"
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    definition = config.add_feed(
+        "contracts",
+        allowed_fields=("changes",),
+        restricted=True,
+        safe_fields=("*",),
+        masks={"$.changes[*].documents[*][*].title": MASK_STRING},
+    )
+    row = {
+        "_id": "c1",
+        "config": {"restricted": True},
+        "changes": [{"documents": [{"title": SECRET, "format": "pdf"}, {"title": SECRET}]}],
+    }
+    item = definition.policy.restricted_item(row, ["changes"])
+    assert item["changes"] == [{"documents": [{"title": MASK_STRING, "format": "pdf"}, {"title": MASK_STRING}]}]
+    assert row["changes"][0]["documents"][0]["title"] == SECRET  # the row itself is left alone
