@@ -116,8 +116,9 @@ class ItemPolicy:
                 raise ConfigurationError(f"{name} must be a sequence of field names, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "owner_paths", tuple(tuple(f.split(".")) for f in self.owner_fields))
-        if self.restricted and not self.owner_fields:
-            raise ConfigurationError("a restricted feed needs at least one owner field")
+        if self.restricted and not self.owner_fields and self.restricted_permission is None:
+            # without either, nobody could ever see a restricted item in full
+            raise ConfigurationError("a restricted feed needs at least one owner field or a restricted_permission")
         if self.item_view is not None and not callable(self.item_view):
             raise ConfigurationError(f"item_view must be callable, got {self.item_view!r}")
         masks = {}
@@ -272,8 +273,12 @@ class ItemPolicy:
 #: ``safe_fields=(ALL_FIELDS,)``: a restricted item shows every asked field,
 #: masked (upstream's restricted listings).
 ALL_FIELDS = "*"
-#: An upstream mask path (JSONPath): ``$.`` and ``[*]`` are dropped.
-JSONPATH_RE = re.compile(r"^(\$\.)?[A-Za-z_][A-Za-z0-9_]*(\[\*\])?(\.[A-Za-z_][A-Za-z0-9_]*(\[\*\])?)*$")
+#: An upstream mask path (JSONPath): ``$.`` and ``[*]`` are dropped. A name
+#: may carry several ``[*]`` (``$.changes[*].documents[*][*].title``, which
+#: upstream's contract mapping holds): as in jsonpath-ng, a ``[*]`` applied
+#: to an element that is not a list is that element, and lists of lists are
+#: walked through (:func:`mask_path`), so repeated ones mean one.
+JSONPATH_RE = re.compile(r"^(\$\.)?[A-Za-z_][A-Za-z0-9_]*(\[\*\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[\*\])*)*$")
 
 
 def mask_key(path: Any) -> str:

@@ -199,7 +199,7 @@ def test_restriction_arguments_are_checked(settings: dict[str, str]) -> None:
     config.include("openprocurement_feed")
     with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): owner_fields .* string 'owner'"):
         config.add_feed("tenders", restricted=True, owner_fields="owner")
-    with pytest.raises(ConfigurationError, match="needs at least one owner field"):
+    with pytest.raises(ConfigurationError, match="needs at least one owner field or a restricted_permission"):
         config.add_feed("tenders", restricted=True, owner_fields=())
     with pytest.raises(ConfigurationError, match="item_view must be callable"):
         config.add_feed("tenders", item_view="nope")  # type: ignore[arg-type]
@@ -310,3 +310,81 @@ def test_a_mask_path_outside_the_supported_jsonpath_is_a_configuration_error(
     config.include("openprocurement_feed")
     with pytest.raises(ConfigurationError, match=r"add_feed\('tenders'\): masks: .* is not a field name"):
         config.add_feed("tenders", restricted=True, masks={path: MASK_STRING})
+
+
+def test_repeated_list_wildcards_in_a_mask_path_mask_as_upstream_does(settings: dict[str, str]) -> None:
+    """Upstream's contract mapping holds ``$.changes[*].documents[*][*].title``
+    (its ``$..documents`` replacement rules expand to it); jsonpath-ng reads
+    the second ``[*]`` on a document as the document itself."""
+    from pyramid.config import Configurator
+
+    from openprocurement_feed.restricted import mask_key
+
+    assert mask_key("$.changes[*].documents[*][*].title") == "changes.documents.title"
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    definition = config.add_feed(
+        "contracts",
+        allowed_fields=("changes",),
+        restricted=True,
+        safe_fields=("*",),
+        masks={"$.changes[*].documents[*][*].title": MASK_STRING},
+    )
+    row = {
+        "_id": "c1",
+        "config": {"restricted": True},
+        "changes": [{"documents": [{"title": SECRET, "format": "pdf"}, {"title": SECRET}]}],
+    }
+    item = definition.policy.restricted_item(row, ["changes"])
+    assert item["changes"] == [{"documents": [{"title": MASK_STRING, "format": "pdf"}, {"title": MASK_STRING}]}]
+    assert row["changes"][0]["documents"][0]["title"] == SECRET  # the row itself is left alone
+
+
+def test_no_owner_fields_with_a_restricted_permission_masks_owners_too(demo_app: Any, settings: dict[str, str]) -> None:
+    """Upstream's rule has no owner exemption (only roles and the ``r``
+    accreditation see restricted objects in full): ``owner_fields=()`` with a
+    ``restricted_permission`` masks the poster too."""
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed.testing import save_in_the_past
+
+    class RemoteUser:
+        """``REMOTE_USER`` is the user; only ``admin`` holds view_restricted."""
+
+        def authenticated_userid(self, request: Any) -> Any:
+            return request.environ.get("REMOTE_USER")
+
+        def identity(self, request: Any) -> Any:
+            return self.authenticated_userid(request)
+
+        def permits(self, request: Any, context: Any, permission: str) -> bool:
+            return permission != "view_restricted" or self.authenticated_userid(request) == "admin"
+
+    config = Configurator(settings=settings)
+    config.set_security_policy(RemoteUser())
+    config.include("openprocurement_feed")
+    config.add_feed(
+        "tenders",
+        allowed_fields=("title",),
+        restricted=True,
+        owner_fields=(),
+        safe_fields=("*",),
+        masks={"title": MASK_STRING},
+        restricted_permission="view_restricted",
+    )
+    app = config.make_wsgi_app()
+    store = demo_app.app.registry.feed_store
+    try:
+        save_in_the_past(
+            store, store.collection("tenders"), [{"title": SECRET, "config": {"restricted": True}, "owner": "broker"}]
+        )
+        for user in (None, "broker"):
+            environ = {"REMOTE_USER": user} if user else {}
+            (item,) = TestApp(app, extra_environ=environ).get("/api/2.5/tenders?opt_fields=title").json["data"]
+            assert item["title"] == MASK_STRING and item["restricted"] is True, user
+        admin = TestApp(app, extra_environ={"REMOTE_USER": "admin"})
+        (item,) = admin.get("/api/2.5/tenders?opt_fields=title").json["data"]
+        assert item["title"] == SECRET
+    finally:
+        app.registry.feed_store.close()
