@@ -106,6 +106,9 @@ class ItemPolicy:
     masks: Mapping[str, Any] = field(default_factory=dict)
     item_view: ItemView | None = None
     restricted_permission: str | None = None
+    #: the document field(s) whose true value marks a restricted object
+    #: (``config.restricted``; with upstream's older masking also ``is_masked``)
+    restricted_field: str | tuple[str, ...] = "config.restricted"
     #: the owner fields split into their parts (derived)
     owner_paths: tuple[tuple[str, ...], ...] = field(init=False, repr=False, default=())
 
@@ -125,6 +128,17 @@ class ItemPolicy:
         for path, value in self.masks.items():
             masks[mask_key(path)] = value
         object.__setattr__(self, "masks", masks)
+        names = (self.restricted_field,) if isinstance(self.restricted_field, str) else self.restricted_field
+        if (
+            not isinstance(names, tuple)
+            or not names
+            or not all(isinstance(name, str) and all(name.split(".")) for name in names)
+        ):
+            raise ConfigurationError(
+                f"restricted_field must be a field name, a dotted path or a tuple of them, "
+                f"got {self.restricted_field!r}"
+            )
+        object.__setattr__(self, "restricted_field", names[0] if len(names) == 1 else names)
         if self.restricted_permission is not None and (
             not isinstance(self.restricted_permission, str) or not self.restricted_permission
         ):
@@ -142,6 +156,7 @@ class ItemPolicy:
         masks: Mapping[str, Any] | None,
         item_view: ItemView | None,
         restricted_permission: str | None = None,
+        restricted_field: str | tuple[str, ...] = "config.restricted",
     ) -> ItemPolicy:
         """The policy of ``add_feed``'s arguments, checked: field lists must
         be sequences of names (a bare string is refused, not split)."""
@@ -157,6 +172,7 @@ class ItemPolicy:
             dict(masks or {}),
             item_view,
             restricted_permission,
+            restricted_field,
         )
 
     @property
@@ -169,7 +185,7 @@ class ItemPolicy:
         """The database fields the rule reads (projected, not shown)."""
         if not self.restricted:
             return ()
-        return (RESTRICTED_FIELD, *self.owner_fields)
+        return (*self.restricted_fields, *self.owner_fields)
 
     def projection(self, fields: Sequence[str]) -> tuple[str, ...]:
         """``fields`` and the rule's fields, without a path and its parent
@@ -180,6 +196,21 @@ class ItemPolicy:
             if name not in wanted and not any(parent in wanted for parent in parents):
                 wanted.append(name)
         return tuple(wanted)
+
+    @property
+    def restricted_fields(self) -> tuple[str, ...]:
+        """The fields of ``restricted_field``, as a tuple."""
+        names = self.restricted_field
+        return (names,) if isinstance(names, str) else names
+
+    def is_restricted(self, doc: Mapping[str, Any]) -> bool:
+        """True when one of ``doc``'s ``restricted_field`` is true."""
+        if self.restricted_field == RESTRICTED_FIELD:
+            return is_restricted(doc)
+        return any(
+            is_restricted(doc) if name == RESTRICTED_FIELD else lookup(doc, name) is True
+            for name in self.restricted_fields
+        )
 
     def is_owner(self, row: Mapping[str, Any], user: Any) -> bool:
         """True when ``user`` owns the document of ``row``."""
@@ -198,7 +229,7 @@ class ItemPolicy:
         """True when ``request`` may see ``doc`` in full: it is not
         restricted (or the policy does not restrict), the request's user
         owns it, or the request holds ``restricted_permission``."""
-        if not self.restricted or not is_restricted(doc):
+        if not self.restricted or not self.is_restricted(doc):
             return True
         return self.is_owner(doc, request.authenticated_userid) or self.sees_everything(request)
 
@@ -263,7 +294,7 @@ class ItemPolicy:
         user = request.authenticated_userid
 
         def render(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-            if is_restricted(row) and not self.is_owner(row, user):
+            if self.is_restricted(row) and not self.is_owner(row, user):
                 return self.restricted_item(row, fields)
             return show(row, fields)
 

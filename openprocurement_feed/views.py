@@ -298,6 +298,7 @@ def add_feed(
     item_view: ItemView | None = None,
     replaces: str | None = None,
     restricted_permission: str | None = None,
+    restricted_field: str | tuple[str, ...] = "config.restricted",
 ) -> FeedDefinition:
     """Register the feed ``name`` as ``GET {feed.route_prefix}/{path}``.
 
@@ -323,6 +324,10 @@ def add_feed(
     :param masks: field → the value a restricted item shows instead.
     :param item_view: ``item_view(request, row, fields) -> dict``: the
         host's rendering of the items shown in full.
+    :param restricted_field: the document field (or a tuple of fields) whose
+        true value marks a restricted object (default ``config.restricted``;
+        ``("config.restricted", "is_masked")`` for upstream's tenders listing,
+        which also masks rows by its older ``is_masked`` flag).
     :param restricted_permission: a Pyramid permission whose holders (by
         the host's security policy) see restricted items in full, as their
         owners do (``"view_restricted"`` for brokers accredited ``r``).
@@ -353,7 +358,9 @@ def add_feed(
             "positions entries carry fields of that name of their own (_id, committed_ts, rev, deleted)"
         )
     try:
-        policy = ItemPolicy.build(restricted, owner_fields, safe_fields, masks, item_view, restricted_permission)
+        policy = ItemPolicy.build(
+            restricted, owner_fields, safe_fields, masks, item_view, restricted_permission, restricted_field
+        )
     except ConfigurationError as error:
         raise ConfigurationError(f"add_feed({name!r}): {error}") from None
     full_path = f"{settings.route_prefix}/{path}"

@@ -388,3 +388,52 @@ def test_no_owner_fields_with_a_restricted_permission_masks_owners_too(demo_app:
         assert item["title"] == SECRET
     finally:
         app.registry.feed_store.close()
+
+
+def test_upstreams_is_masked_rows_are_masked_beside_restricted_ones(demo_app: Any, settings: dict[str, str]) -> None:
+    """``restricted_field=("config.restricted", "is_masked")``: a row whose
+    older ``is_masked`` flag is true is masked too (upstream's tenders
+    listing applies both rules); a row with neither is shown as it is."""
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed.testing import save_in_the_past
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    config.add_feed(
+        "tenders",
+        allowed_fields=("title",),
+        restricted=True,
+        safe_fields=("*",),
+        masks={"title": MASK_STRING},
+        restricted_field=("config.restricted", "is_masked"),
+    )
+    app = config.make_wsgi_app()
+    store = demo_app.app.registry.feed_store
+    try:
+        masked, restricted, plain = save_in_the_past(
+            store,
+            store.collection("tenders"),
+            [
+                {"title": SECRET, "is_masked": True, "owner": "broker"},
+                {"title": SECRET, "config": {"restricted": True}, "owner": "broker"},
+                {"title": "plain", "is_masked": False},
+            ],
+        )
+        data = TestApp(app).get("/api/2.5/tenders?opt_fields=title").json["data"]
+        titles = {item["id"]: item["title"] for item in data}
+        assert titles == {masked["_id"]: MASK_STRING, restricted["_id"]: MASK_STRING, plain["_id"]: "plain"}
+    finally:
+        app.registry.feed_store.close()
+
+
+def test_a_bad_restricted_field_is_a_configuration_error(settings: dict[str, str]) -> None:
+    from pyramid.config import Configurator
+    from pyramid.exceptions import ConfigurationError
+
+    config = Configurator(settings=settings)
+    config.include("openprocurement_feed")
+    for bad in ("", "a..b", (), ("is_masked", 3)):
+        with pytest.raises(ConfigurationError, match="restricted_field must be a field name"):
+            config.add_feed("tenders", restricted=True, restricted_field=bad)  # type: ignore[arg-type]
