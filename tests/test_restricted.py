@@ -191,6 +191,23 @@ def test_error_bodies_carry_nothing(restricted_host: dict[str, Any], bad: str) -
     assert "broker" not in text
 
 
+class RemoteUserPolicy:
+    """A host's security policy in brief: ``REMOTE_USER`` is the user; every
+    permission is granted but ``view_restricted``, held by ``holders`` only."""
+
+    def __init__(self, holders: tuple[str, ...] = ()) -> None:
+        self.holders = holders
+
+    def authenticated_userid(self, request: Any) -> Any:
+        return request.environ.get("REMOTE_USER")
+
+    def identity(self, request: Any) -> Any:
+        return self.authenticated_userid(request)
+
+    def permits(self, request: Any, context: Any, permission: str) -> bool:
+        return permission != "view_restricted" or self.authenticated_userid(request) in self.holders
+
+
 def test_restriction_arguments_are_checked(settings: dict[str, str]) -> None:
     from pyramid.config import Configurator
     from pyramid.exceptions import ConfigurationError
@@ -253,20 +270,8 @@ def test_upstreams_mask_mapping_masks_inside_listed_fields(demo_app: Any, settin
 
     from openprocurement_feed.testing import save_in_the_past
 
-    class RemoteUser:
-        """The user of ``REMOTE_USER``, as a host's policy would say it."""
-
-        def authenticated_userid(self, request: Any) -> Any:
-            return request.environ.get("REMOTE_USER")
-
-        def identity(self, request: Any) -> Any:
-            return self.authenticated_userid(request)
-
-        def permits(self, request: Any, context: Any, permission: str) -> bool:
-            return permission != "view_restricted"
-
     config = Configurator(settings=settings)
-    config.set_security_policy(RemoteUser())
+    config.set_security_policy(RemoteUserPolicy())
     config.include("openprocurement_feed")
     config.add_feed(
         "tenders",
@@ -349,20 +354,8 @@ def test_no_owner_fields_with_a_restricted_permission_masks_owners_too(demo_app:
 
     from openprocurement_feed.testing import save_in_the_past
 
-    class RemoteUser:
-        """``REMOTE_USER`` is the user; only ``admin`` holds view_restricted."""
-
-        def authenticated_userid(self, request: Any) -> Any:
-            return request.environ.get("REMOTE_USER")
-
-        def identity(self, request: Any) -> Any:
-            return self.authenticated_userid(request)
-
-        def permits(self, request: Any, context: Any, permission: str) -> bool:
-            return permission != "view_restricted" or self.authenticated_userid(request) == "admin"
-
     config = Configurator(settings=settings)
-    config.set_security_policy(RemoteUser())
+    config.set_security_policy(RemoteUserPolicy(holders=("admin",)))
     config.include("openprocurement_feed")
     config.add_feed(
         "tenders",
