@@ -10,8 +10,10 @@ the whole check, long-polling (feed=longpoll&timeout=S; a server that does
 not long-poll is polled every --interval). At the end the newest page is
 read once more: every change on it made after the check began must have
 reached the crawler (that version or a newer one), else it is reported as
-missed. Only the newest page is compared: changes pushed off it by newer
-ones are not verified. Ending waits for the crawler's last request, up to S.
+missed (and said whether it was stamped behind the crawler's position: a
+late arrival, which a watermark order has when a commit takes longer than
+W). Only the newest page is compared: changes pushed off it by newer ones
+are not verified. Ending waits for the crawler's last request, up to S.
 
 Works against any openprocurement-style feed URL, e.g.
 https://public-api.prozorro.gov.ua/api/2.5/tenders (add ?mode=test or
@@ -207,8 +209,23 @@ class HeadCrawler:
             f"{len(missed)} of the newest page's changes since the start missed"
         )
         if missed:
+            behind = self.behind(final, missed)
             text += ": " + ", ".join(missed[:10]) + (" ..." if len(missed) > 10 else "")
+            text += (
+                f" ({len(behind)} of them stamped before the newest change the crawler had been given: "
+                "committed after the crawler had passed their place, as a watermark order allows when "
+                "a write's commit takes longer than W)"
+            )
         return text, len(missed)
+
+    def behind(self, final: FeedPage, missed: list[str]) -> list[str]:
+        """The ids among ``missed`` whose stamp is older than the newest
+        stamp the crawler was given: changes that appeared behind its
+        position (late arrivals, which a commit-ordered feed cannot have).
+        The others were ahead of it and it failed to reach them."""
+        furthest = max(self.crawler.log.newest.values(), default=float("-inf"))
+        wanted = set(missed)
+        return [item.id for item in final.items if item.id in wanted and item.public_modified < furthest]
 
     def missed(self, final: FeedPage) -> list[str]:
         """The ids of the changes on ``final`` made after the start that
