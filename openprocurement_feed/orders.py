@@ -114,7 +114,9 @@ class PageReader:
         sort: Sequence[tuple[str, int]] | None,
         limit: int,
     ) -> list[dict[str, Any]]:
-        cursor = collection.find(query, projection, sort=sort, limit=limit, session=self.session)
+        # A batch as large as the page: one reply, where the first batch
+        # would otherwise hold 101 rows and a 1000-item page take a getMore.
+        cursor = collection.find(query, projection, sort=sort, limit=limit, batch_size=limit or 0, session=self.session)
         if self.max_time_ms:
             cursor = cursor.max_time_ms(self.max_time_ms)
         # to_list (pymongo >= 4.9) takes each batch whole; iterating pays a

@@ -124,20 +124,23 @@ def test_listing_paths() -> None:
     assert row == {"config": {"restricted": True, "owner": "x"}, "title": "old", "status": "active"}
 
 
-def test_a_commit_page_is_two_reads_of_the_positions(monitored: tuple[TestApp, Finds]) -> None:
+@pytest.mark.parametrize("limit", [5, 150])
+def test_a_commit_page_is_two_reads_of_the_positions(monitored: tuple[TestApp, Finds], limit: int) -> None:
+    """The checkpoint, then the entries in one reply, whatever the limit
+    (past 101 rows a cursor's first batch would otherwise need a getMore)."""
     app, listener = monitored
     store = app.app.registry.feed_store
-    docs = write(store, 12, "p")
+    docs = write(store, 2 * limit + 2, "p")
     wait_sequenced(store.db)
-    first = app.get(FEED + "?limit=5&opt_fields=title,status").json
+    first = app.get(FEED + f"?limit={limit}&opt_fields=title,status").json
     listener.on = True
     page = app.get(first["next_page"]["path"]).json
     listener.on = False
-    assert [item["id"] for item in page["data"]] == [doc["_id"] for doc in docs[5:10]]
+    assert [item["id"] for item in page["data"]] == [doc["_id"] for doc in docs[limit : 2 * limit]]
     assert page["data"][0] == {
-        "id": docs[5]["_id"],
-        "dateModified": docs[5]["dateModified"],
-        "title": "p5",
+        "id": docs[limit]["_id"],
+        "dateModified": docs[limit]["dateModified"],
+        "title": f"p{limit}",
         "status": "active",
     }
     positions = positions_name("tenders")
