@@ -1,0 +1,97 @@
+"""The embedded server aborts a transaction its killed client left open within
+the embedded transaction lifetime (``EmbeddedServer(transaction_lifetime=...)``),
+not after ``secantusd-py``'s own 60 s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+
+from openprocurement_feed import _embedded_server, embedded
+from openprocurement_feed.embedded import EmbeddedServer
+
+#: The child: opens a transaction, writes in it, says so, then waits to be killed.
+ABANDONING_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from pymongo import MongoClient
+    client = MongoClient(sys.argv[1])
+    session = client.start_session()
+    session.start_transaction()
+    client.db.docs.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=session)
+    print("open", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def abandon_a_transaction(uri: str) -> None:
+    """Run a client that writes doc 1 in a transaction, then kill -9 it."""
+    child = subprocess.Popen([sys.executable, "-c", ABANDONING_CLIENT, uri], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"open"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def write_in_transaction(client: MongoClient[Any]) -> bool:
+    """Add 10 to doc 1 in a transaction; False on a write conflict."""
+    try:
+        with client.start_session() as session, session.start_transaction():
+            client.db.docs.update_one({"_id": 1}, {"$inc": {"n": 10}}, session=session)
+    except OperationFailure as error:
+        assert error.has_error_label("TransientTransactionError"), error
+        return False
+    return True
+
+
+def test_a_killed_clients_transaction_is_aborted_within_the_lifetime() -> None:
+    lifetime = 2.0
+    with EmbeddedServer(transaction_lifetime=lifetime) as server:
+        client: MongoClient[Any] = MongoClient(server.uri)
+        try:
+            client.db.docs.insert_one({"_id": 1, "n": 0})
+            abandon_a_transaction(server.uri)
+            killed = time.monotonic()
+            # the abandoned transaction still holds the document: a conflict
+            assert not write_in_transaction(client)
+            while not write_in_transaction(client):
+                assert time.monotonic() - killed < lifetime + 8, "the abandoned transaction was not aborted"
+                time.sleep(0.1)
+            waited = time.monotonic() - killed
+            # not before its lifetime (its last statement came just before the kill)
+            assert waited >= lifetime - 0.5
+            # its write was rolled back: only ours is there
+            assert client.db.docs.find_one({"_id": 1}) == {"_id": 1, "n": 10}
+        finally:
+            client.close()
+
+
+def test_the_server_command_passes_the_lifetime() -> None:
+    server = EmbeddedServer(transaction_lifetime=7.5)
+    assert server._server_command("/bin/secantusd-py") == [sys.executable, embedded.LAUNCHER, "7.5"]
+    assert EmbeddedServer(transaction_lifetime=None)._server_command("/bin/secantusd-py") == ["/bin/secantusd-py"]
+    assert EmbeddedServer().transaction_lifetime == embedded.TRANSACTION_LIFETIME_SECONDS
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan")])
+def test_a_lifetime_not_above_zero_is_refused(value: float) -> None:
+    with pytest.raises(ValueError, match="transaction_lifetime must be above 0 seconds"):
+        EmbeddedServer(transaction_lifetime=value)
+
+
+@pytest.mark.parametrize("argv", [[], ["soon"], ["0"], ["-3"]])
+def test_the_launcher_refuses_a_bad_lifetime(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert _embedded_server.main(argv) == 2
+    assert "usage: _embedded_server.py SECONDS" in capsys.readouterr().err
