@@ -35,6 +35,7 @@ from .orders import (
     WatermarkOrder,
     WatermarkReader,
     boundary_ids,
+    exclusive_upper,
     now_seconds,
 )
 from .settings import FeedSettings
@@ -255,6 +256,7 @@ class FeedStoreMixin:
             if reader is None:
                 reader = WatermarkReader(None, self.watermark_seconds, offset_field)  # type: ignore[arg-type]
             reader.bound(query, descending, has_offset)
+        exclusive_upper(query, offset_field)
         direction = DESCENDING if descending else ASCENDING
         return query, [(offset_field, direction), ("_id", direction)]
 
@@ -472,14 +474,24 @@ class FeedStoreMixin:
         real/test feeds and one for ``_all_``; the same pair per scope field.
         ``key`` is ``public_modified`` on a feed collection and
         ``committed_ts`` on a positions collection.
+
+        ``is_public`` leads the keys although the partial filter makes it
+        constant: every feed query has it as an equality, and the embedded
+        server walks a compound index only when its leading fields are
+        exactly the query's equality fields. Without it a page after an
+        offset (an equality on ``is_test`` and a range on the key) was a
+        collection scan there: 90 ms of server CPU for an empty page of
+        3000 positions against 0.75 ms on the index. MongoDB reads the
+        constant prefix as one point of the index.
         """
         specs: builtins.list[dict[str, Any]] = []
         for scope in (None, *scope_fields):
             prefix = [(scope, ASCENDING)] if scope else []
+            public = ("is_public", ASCENDING)
             tail = [(key, ASCENDING), ("_id", ASCENDING)]
             stem = f"feed_{scope}_" if scope else "feed_"
-            specs.append({"keys": [*prefix, ("is_test", ASCENDING), *tail], "name": stem + "mode"})
-            specs.append({"keys": [*prefix, *tail], "name": stem + "all"})
+            specs.append({"keys": [*prefix, public, ("is_test", ASCENDING), *tail], "name": stem + "mode"})
+            specs.append({"keys": [*prefix, public, *tail], "name": stem + "all"})
         for spec in specs:
             spec["partialFilterExpression"] = {"is_public": True}
         return specs

@@ -310,7 +310,10 @@ def explain_shape(
 
 
 def _normal_keys(keys: Iterable[Any]) -> tuple[tuple[str, int], ...]:
-    return tuple((str(name), int(direction)) for name, direction in keys)
+    """The index keys without ``is_public``: every feed query has it as an
+    equality, so an index serves the feed on MongoDB with or without it
+    (the specs lead with it for the embedded server's planner)."""
+    return tuple((str(name), int(direction)) for name, direction in keys if name != "is_public")
 
 
 def missing_feed_indexes(
@@ -319,8 +322,9 @@ def missing_feed_indexes(
     """The feed index specs (sorted on ``key``) with no matching index on
     ``collection``: pass ``key="committed_ts"`` for a positions collection.
 
-    An index matches by its keys (names do not matter) and either the same
-    partial filter or none (a full index serves the feed too).
+    An index matches by its keys (names do not matter; ``is_public`` may
+    lead them or not) and either the same partial filter or none (a full
+    index serves the feed too).
     """
     existing = []
     for info in collection.index_information().values():

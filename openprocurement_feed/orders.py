@@ -72,6 +72,47 @@ def boundary_ids(rows: Iterable[dict[str, Any]], key: str, value: Any) -> list[s
     return ids
 
 
+def exclusive_upper(query: dict[str, Any], key: str) -> None:
+    """Turn ``query``'s inclusive upper bound on ``key`` (``$lte: v``) into
+    the same exclusive one (``$lt`` the next value after ``v``), in place.
+
+    The two select the same rows on any server. The embedded server walks
+    the feed index for a range on ``key`` (the field after the equalities)
+    only with an exclusive upper bound: its inclusive bound is compared with
+    whole index keys, so the rows whose ``key`` equals the bound (their key
+    goes on with ``_id``) fell outside it and a descending page or a
+    checkpoint lost its tie group. With a ``$lt`` beside it, the tighter of
+    the two is kept (a server that walks an index by one of them must not
+    pick the inclusive one). A value with no known successor keeps its
+    ``$lte``.
+    """
+    bounds = query.get(key)
+    if not isinstance(bounds, dict) or "$lte" not in bounds:
+        return
+    value = bounds["$lte"]
+    if isinstance(value, Timestamp):
+        if value.inc < 2**32 - 1:
+            after = Timestamp(value.time, value.inc + 1)
+        elif value.time < 2**32 - 1:
+            after = Timestamp(value.time + 1, 0)
+        else:
+            return
+    elif isinstance(value, float) and math.isfinite(value):
+        after = math.nextafter(value, math.inf)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        after = value + 1
+    else:
+        return
+    bounds = dict(bounds)
+    del bounds["$lte"]
+    other = bounds.get("$lt")
+    try:
+        bounds["$lt"] = after if other is None or after < other else other
+    except TypeError:  # bounds of two types: keep both as they were
+        return
+    query[key] = bounds
+
+
 def positions_name(collection_name: str) -> str:
     """The positions collection beside feed collection ``collection_name``."""
     return collection_name + POSITIONS_SUFFIX

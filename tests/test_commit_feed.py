@@ -251,7 +251,7 @@ def test_scopes_modes_and_opt_fields_in_commit_order(commit_settings: dict[str, 
         assert [item["id"] for item in crawl(app, path + "?mode=_all_")] == [rows[0]["_id"], rows[2]["_id"]]
         indexes = store.db[positions_name("submissions")].index_information()
         assert {"feed_frameworkID_mode", "feed_frameworkID_all", "feed_mode", "feed_all"} <= set(indexes)
-        assert indexes["feed_mode"]["key"] == [("is_test", 1), ("committed_ts", 1), ("_id", 1)]
+        assert indexes["feed_mode"]["key"] == [("is_public", 1), ("is_test", 1), ("committed_ts", 1), ("_id", 1)]
     finally:
         shutdown(registry)
 

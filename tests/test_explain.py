@@ -22,6 +22,7 @@ from openprocurement_feed.explain import (
     missing_feed_indexes,
     walk_plan,
 )
+from openprocurement_feed.sequencer import successor
 
 #: The feed indexes expected per mode of the unscoped feed.
 EXPECTED_INDEX = {"real": "feed_mode", "test": "feed_mode", "all": "feed_all"}
@@ -190,7 +191,9 @@ def test_commit_shapes_are_bounded_by_the_checkpoint() -> None:
     assert len(shapes) == 2 * 3 * 6
     for shape in shapes:
         assert "$expr" not in shape.filter
-        assert shape.filter["committed_ts"]["$lte"] == checkpoint
+        # never past the checkpoint, as one exclusive bound (orders.exclusive_upper)
+        assert set(shape.filter["committed_ts"]) <= {"$lt", "$gt", "$gte"}
+        assert shape.filter["committed_ts"]["$lt"] <= successor(checkpoint)
         assert [key for key, _ in shape.sort] == ["committed_ts", "_id"]
         assert shape.projection == {"_id": 1, "committed_ts": 1}
     by_name = {shape.name: shape for shape in shapes}
@@ -198,12 +201,10 @@ def test_commit_shapes_are_bounded_by_the_checkpoint() -> None:
         "owner": "o1",
         "is_public": True,
         "is_test": False,
-        "committed_ts": {"$gte": offset, "$lte": checkpoint},
+        "committed_ts": {"$gte": offset, "$lt": successor(checkpoint)},
     }
-    assert by_name["all, descending, after offset"].filter["committed_ts"] == {
-        "$lt": offset,
-        "$lte": checkpoint,
-    }
+    # the tighter of the offset and the checkpoint, as one exclusive bound
+    assert by_name["all, descending, after offset"].filter["committed_ts"] == {"$lt": offset}
     assert by_name["test, ascending, after a tie group"].filter["$or"] == [
         {"committed_ts": {"$gt": offset}},
         {"committed_ts": offset, "_id": {"$gt": ""}},
@@ -221,7 +222,9 @@ def test_explain_commit_ordered_feed(commit_feed: Any, mongodb_uri: str, db_name
     *pages, documents = analysis.reports
     assert len(pages) == 3 * 6
     for report in pages:
-        assert report.shape.filter["committed_ts"]["$lte"] == analysis.checkpoint
+        # never past the checkpoint, as one exclusive bound (orders.exclusive_upper)
+        assert "$lte" not in report.shape.filter["committed_ts"]
+        assert report.shape.filter["committed_ts"]["$lt"] <= successor(analysis.checkpoint)
         assert report.shape.expected_index == EXPECTED_INDEX[report.shape.name.split(",")[0]]
     returned = {report.shape.name: report.returned for report in pages}
     assert returned["all, ascending, first page"] == 5
@@ -252,7 +255,7 @@ def test_explain_commit_ordered_feed(commit_feed: Any, mongodb_uri: str, db_name
     out = capsys.readouterr().out
     assert status == 1
     assert "Missing feed indexes" in out and "key='committed_ts'" in out
-    assert "  feed_mode: {is_test: 1, committed_ts: 1, _id: 1}" in out
+    assert "  feed_mode: {is_public: 1, is_test: 1, committed_ts: 1, _id: 1}" in out
     assert "feed_all:" not in out
 
 
@@ -262,7 +265,7 @@ def test_explain_commit_order_before_the_first_checkpoint(tenders: Any) -> None:
     FeedStoreMixin().ensure_feed_indexes(positions, key="committed_ts")
     analysis = analyse(tenders, order="commit")
     assert analysis.checkpoint is None and analysis.missing_indexes == []
-    assert analysis.reports[0].shape.filter["committed_ts"] == {"$lte": Timestamp(1500, 1)}
+    assert analysis.reports[0].shape.filter["committed_ts"] == {"$lt": Timestamp(1500, 2)}
     assert "NO CHECKPOINT YET" in format_analysis(analysis)
 
 

@@ -4,11 +4,13 @@ through webtest against the demo app on the real server, watermark on."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from bson.timestamp import Timestamp
 from conftest import wait_watermark
 
 FEED = "/api/2.5/tenders"
@@ -379,9 +381,39 @@ def test_scoped_feed_filters_and_keeps_its_scope_in_links(scoped_app: Any) -> No
 
 def test_feed_indexes_are_created(demo_app: Any, store: Any) -> None:
     info = store.collection("tenders").index_information()
-    assert info["feed_mode"]["key"] == [("is_test", 1), ("public_modified", 1), ("_id", 1)]
-    assert info["feed_all"]["key"] == [("public_modified", 1), ("_id", 1)]
+    assert info["feed_mode"]["key"] == [("is_public", 1), ("is_test", 1), ("public_modified", 1), ("_id", 1)]
+    assert info["feed_all"]["key"] == [("is_public", 1), ("public_modified", 1), ("_id", 1)]
     assert info["feed_mode"]["partialFilterExpression"] == {"is_public": True}
+
+
+@pytest.mark.parametrize("mode", ["all", "test", "_all_"])
+def test_a_page_after_an_offset_walks_the_feed_index(store: Any, mode: str) -> None:
+    """The query of a page after an offset (equalities, a range on the key)
+    is answered from the feed index, not a collection scan, on the server
+    the tests run against (the embedded server walks a compound index only
+    when its leading fields are the query's equalities)."""
+    from openprocurement_feed.orders import COMMITTED_TS, PageReader
+
+    positions = store.db["idx_feed_positions"]
+    store.ensure_feed_indexes(positions, key=COMMITTED_TS)
+    positions.insert_many(
+        [
+            {"_id": f"e{n}", COMMITTED_TS: Timestamp(1000 + n, 1), "is_public": True, "is_test": n % 2 == 0}
+            for n in range(50)
+        ]
+    )
+    reader = PageReader()
+    reader.key = COMMITTED_TS
+    query, sort = store.build_query(
+        inclusive_filter=True,
+        offset_field=COMMITTED_TS,
+        offset_value=Timestamp(1045, 1),
+        mode=mode,
+        reader=reader,
+    )
+    plan = store.db.command({"explain": {"find": positions.name, "filter": query, "sort": dict(sort)}})
+    stages = json.dumps(plan["queryPlanner"]["winningPlan"])
+    assert "IXSCAN" in stages and "COLLSCAN" not in stages, stages
 
 
 def test_query_over_its_time_limit_is_503(settings: dict[str, str]) -> None:
