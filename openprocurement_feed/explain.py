@@ -309,6 +309,10 @@ def explain_shape(
     )
 
 
+#: The partial filter of a feed index that leaves ``is_public`` out of its keys.
+PUBLIC_ONLY = {"is_public": True}
+
+
 def _normal_keys(keys: Iterable[Any]) -> tuple[tuple[str, int], ...]:
     """The index keys without ``is_public``: every feed query has it as an
     equality, so an index serves the feed on MongoDB with or without it
@@ -322,9 +326,9 @@ def missing_feed_indexes(
     """The feed index specs (sorted on ``key``) with no matching index on
     ``collection``: pass ``key="committed_ts"`` for a positions collection.
 
-    An index matches by its keys (names do not matter; ``is_public`` may
-    lead them or not) and either the same partial filter or none (a full
-    index serves the feed too).
+    An index matches by its keys (names do not matter; ``is_public`` may be
+    among them, or be its partial filter instead): full, or partial on
+    ``{is_public: true}``.
     """
     existing = []
     for info in collection.index_information().values():
@@ -333,8 +337,7 @@ def missing_feed_indexes(
     missing = []
     for spec in FeedStoreMixin.feed_index_specs(scope_fields, key=key):
         keys = _normal_keys(spec["keys"])
-        wanted = dict(spec["partialFilterExpression"])
-        if not any(have == keys and partial in (None, wanted) for have, partial in existing):
+        if not any(have == keys and partial in (None, PUBLIC_ONLY) for have, partial in existing):
             missing.append(spec)
     return missing
 
@@ -507,7 +510,7 @@ def format_analysis(analysis: Analysis) -> str:
         lines.append(f"Missing feed indexes (create them with {create}):")
         for spec in analysis.missing_indexes:
             keys = ", ".join(f"{name}: {direction}" for name, direction in spec["keys"])
-            lines.append(f"  {spec['name']}: {{{keys}}} partial {spec['partialFilterExpression']}")
+            lines.append(f"  {spec['name']}: {{{keys}}}")
     else:
         lines.append("Feed indexes: all present.")
     width = max((len(r.shape.name) for r in analysis.reports), default=10)

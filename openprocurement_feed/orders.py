@@ -90,6 +90,7 @@ def exclusive_upper(query: dict[str, Any], key: str) -> None:
     if not isinstance(bounds, dict) or "$lte" not in bounds:
         return
     value = bounds["$lte"]
+    after: Any
     if isinstance(value, Timestamp):
         if value.inc < 2**32 - 1:
             after = Timestamp(value.time, value.inc + 1)
