@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 HIDDEN_STATUSES = ("draft", "deleted")
 #: The server's error code for an index that exists under another name.
 INDEX_OPTIONS_CONFLICT = 85
+#: An index of that name exists with other keys (an earlier build's).
+INDEX_KEY_SPECS_CONFLICT = 86
 
 
 class ConflictError(Exception):
@@ -509,6 +511,16 @@ class FeedStoreMixin:
             try:
                 names.append(collection.create_index(keys, **spec))
             except OperationFailure as error:
+                if error.code == INDEX_KEY_SPECS_CONFLICT:
+                    log.warning(
+                        "Feed index %s not created: an index of that name has other keys (%s); "
+                        "drop it to have the feed's: db.%s.dropIndex(%r)",
+                        spec["name"],
+                        error,
+                        collection.name,
+                        spec["name"],
+                    )
+                    continue
                 if error.code != INDEX_OPTIONS_CONFLICT:
                     raise
                 # The same keys are indexed under another name: keep going.

@@ -77,6 +77,20 @@ def test_missing_indexes_by_keys_not_names(tenders: Any) -> None:
     assert missing_feed_indexes(tenders, ["owner"]) == []
 
 
+def test_an_index_of_the_same_name_with_other_keys_is_named_and_the_rest_created(
+    tenders: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An earlier build's ``feed_mode`` (other keys) stays, with a warning
+    that says how to drop it; the other feed indexes are still created."""
+    tenders.create_index([("is_test", 1), ("public_modified", 1), ("_id", 1)], name="feed_mode")
+    with caplog.at_level("WARNING", logger="openprocurement_feed.database"):
+        names = FeedStoreMixin().ensure_feed_indexes(tenders)
+    assert names == ["feed_all"]
+    assert "dropIndex('feed_mode')" in caplog.text
+    # it serves MongoDB as well: explain does not call it missing
+    assert missing_feed_indexes(tenders) == []
+
+
 def test_analyse_reports_every_shape(tenders: Any) -> None:
     FeedStoreMixin().ensure_feed_indexes(tenders, ["owner"])
     analysis = analyse(tenders, scope_field="owner", limit=10)
