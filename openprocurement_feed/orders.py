@@ -100,8 +100,9 @@ def exclusive_upper(query: dict[str, Any], key: str) -> None:
             return
     elif isinstance(value, float) and math.isfinite(value):
         after = math.nextafter(value, math.inf)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        after = value + 1
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+        # the next double, not value + 1: the field may hold doubles between
+        after = math.nextafter(float(value), math.inf)
     else:
         return
     bounds = dict(bounds)

@@ -389,3 +389,31 @@ def test_a_commit_feed_reads_its_own_positions_as_they_are(position: Timestamp, 
     converted = CommitOrder(1.0).convert(offset, descending=False)
     assert (converted.value, converted.count, converted.digest) == (position, len(ids), ids_digest(ids))
     assert converted.field == COMMITTED_TS
+
+
+def test_exclusive_upper_selects_what_the_inclusive_bound_did() -> None:
+    """``$lte: v`` becomes ``$lt`` the next value: the same rows, for
+    positions, doubles and integers (doubles may lie between integers)."""
+    import math
+    from typing import Any
+
+    from bson.timestamp import Timestamp
+
+    from openprocurement_feed.orders import exclusive_upper
+
+    def bounded(bounds: dict[str, Any]) -> Any:
+        query = {"k": dict(bounds), "is_public": True}
+        exclusive_upper(query, "k")
+        return query["k"]
+
+    assert bounded({"$lte": Timestamp(10, 3)}) == {"$lt": Timestamp(10, 4)}
+    assert bounded({"$lte": Timestamp(10, 2**32 - 1)}) == {"$lt": Timestamp(11, 0)}
+    assert bounded({"$gte": 1.0, "$lte": 2.5}) == {"$gte": 1.0, "$lt": math.nextafter(2.5, math.inf)}
+    assert bounded({"$lte": 5}) == {"$lt": math.nextafter(5.0, math.inf)}
+    # the tighter of two upper bounds
+    assert bounded({"$lt": Timestamp(9, 1), "$lte": Timestamp(10, 1)}) == {"$lt": Timestamp(9, 1)}
+    assert bounded({"$lt": Timestamp(10, 9), "$lte": Timestamp(10, 1)}) == {"$lt": Timestamp(10, 2)}
+    # nothing to do, or no known successor: unchanged
+    assert bounded({"$gt": 1.0}) == {"$gt": 1.0}
+    assert bounded({"$lte": "2026-01-01"}) == {"$lte": "2026-01-01"}
+    assert bounded({"$lte": True}) == {"$lte": True}
