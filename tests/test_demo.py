@@ -114,16 +114,10 @@ def test_parse_delay(raw: str, parsed: tuple[int, int]) -> None:
     assert parse_delay(raw) == parsed
 
 
-@pytest.mark.parametrize("raw", ["-5", "40-5", "fast", "1.5", "5-", "4001", "5-60000"])
+@pytest.mark.parametrize("raw", ["-5", "40-5", "fast", "1.5", "5-"])
 def test_bad_delay_names_the_setting(raw: str) -> None:
     with pytest.raises(ConfigurationError, match=r"demo\.write_delay_ms"):
         parse_delay(raw)
-
-
-def test_a_delay_past_the_embedded_transaction_lifetime_is_refused() -> None:
-    assert parse_delay("4000") == (4000, 4000)
-    with pytest.raises(ConfigurationError, match=r"held open at most 4000 ms .*idle for 5 s"):
-        parse_delay("100-4500")
 
 
 # -- plans, contracts, statuses, server-owned fields, JSON errors ------------

@@ -10,12 +10,6 @@ from typing import Any
 
 from pyramid.exceptions import ConfigurationError
 
-from ..embedded import TRANSACTION_LIFETIME_SECONDS
-
-#: The longest a demo write may be held open: below the embedded database's
-#: transaction lifetime, after which the server aborts the transaction (and
-#: the write would fail with 409).
-MAX_WRITE_DELAY_MS = int(TRANSACTION_LIFETIME_SECONDS * 1000) - 1000
 DELAY_RE = re.compile(r"\s*(\d{1,6})\s*(?:-\s*(\d{1,6})\s*)?", re.ASCII)
 
 
@@ -55,11 +49,6 @@ def parse_delay(value: str, where: str = "setting 'demo.write_delay_ms'") -> tup
     high = int(match.group(2)) if match.group(2) is not None else low
     if high < low:
         raise ConfigurationError(f"Invalid {where}: {value!r}; the range must go from low to high.")
-    if high > MAX_WRITE_DELAY_MS:
-        raise ConfigurationError(
-            f"Invalid {where}: {value!r}; a write is held open at most {MAX_WRITE_DELAY_MS} ms "
-            f"(the embedded database aborts a transaction idle for {TRANSACTION_LIFETIME_SECONDS:g} s)."
-        )
     return low, high
 
 
