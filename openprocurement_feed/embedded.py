@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import importlib.util
 import logging
 import os
 import shutil
@@ -40,14 +39,6 @@ log = logging.getLogger(__name__)
 EXECUTABLE = "secantusd-py"
 #: The guard that removes a throwaway folder when the server exits.
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_embedded_guard.py")
-#: ``secantusd-py`` with a transaction lifetime (:mod:`._embedded_server`).
-LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_embedded_server.py")
-#: Seconds an open transaction may stay idle on the embedded server before
-#: the server aborts it (``secantusd-py`` alone: 60, mongod's default). The
-#: package's and the demo's transactions idle for milliseconds between their
-#: statements; one left open by a killed client slows the whole server down
-#: until it is aborted (see :mod:`._embedded_server`).
-TRANSACTION_LIFETIME_SECONDS = 5.0
 INSTALL_HINT = "The embedded database needs the 'embedded' extra: pip install 'openprocurement_feed[embedded]'"
 
 
@@ -127,11 +118,10 @@ class EmbeddedServer:
     :param port: a fixed port, or None for a free one.
     :param extra_args: more ``secantusd-py`` flags, e.g.
         ``("--oplog-max-entries", "500")`` to bound the oplog.
-    :param transaction_lifetime: seconds an open transaction may stay idle
-        before the server aborts it (:data:`TRANSACTION_LIFETIME_SECONDS`);
-        None for the server's own 60 s. It needs the ``secantus`` package
-        importable by this interpreter (the ``embedded`` extra installs it);
-        a ``secantusd-py`` found only on PATH runs with its own 60 s.
+    :param launcher: a command that takes ``secantusd-py``'s flags and runs
+        the server in its place, e.g. ``(sys.executable,
+        "ops/secantusd_lifetime.py", "5")`` for a transaction lifetime of
+        5 s (the production-shaped test's); empty for ``secantusd-py``.
     """
 
     def __init__(
@@ -141,13 +131,11 @@ class EmbeddedServer:
         host: str = "127.0.0.1",
         startup_timeout: float = 30.0,
         extra_args: Sequence[str] = (),
-        transaction_lifetime: float | None = TRANSACTION_LIFETIME_SECONDS,
+        launcher: Sequence[str] = (),
     ) -> None:
-        if transaction_lifetime is not None and not transaction_lifetime > 0:
-            raise ValueError(f"transaction_lifetime must be above 0 seconds, not {transaction_lifetime!r}")
         self.host = host
         self.extra_args = tuple(extra_args)
-        self.transaction_lifetime = transaction_lifetime
+        self.launcher = tuple(launcher)
         self.port = port
         self.storage_path = storage_path
         self.startup_timeout = startup_timeout
@@ -231,11 +219,8 @@ class EmbeddedServer:
         return self
 
     def _server_command(self, executable: str) -> list[str]:
-        """How to start the server: ``secantusd-py``, or the launcher that
-        runs it with :attr:`transaction_lifetime`."""
-        if self.transaction_lifetime is None or importlib.util.find_spec("secantus") is None:
-            return [executable]
-        return [sys.executable, LAUNCHER, repr(float(self.transaction_lifetime))]
+        """How to start the server: :attr:`launcher`, or ``secantusd-py``."""
+        return list(self.launcher) or [executable]
 
     def _output(self) -> str:
         if self._log is None:

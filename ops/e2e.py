@@ -83,6 +83,9 @@ FEEDS = ("tenders",)
 DB_NAME = "openprocurement"
 #: The verdict threshold of the test (production.ini: 5 s).
 THRESHOLD_SECONDS = 2
+#: Seconds an open transaction may idle on the embedded server before it is
+#: aborted (``ops/secantusd_lifetime.py``; ``secantusd-py`` alone: 60).
+LIFETIME_SECONDS = 5.0
 #: The crawlers' long-poll, seconds (the sync command's default is 25).
 LONGPOLL_SECONDS = 5
 #: The summary line of ``openprocurement-feed sync``.
@@ -575,8 +578,11 @@ class Run:
 
         from openprocurement_feed.embedded import EmbeddedServer, free_port
 
-        self.say("starting the embedded database server (secantusd-py)")
-        self.database = EmbeddedServer(startup_timeout=60)
+        self.say(f"starting the embedded database server (idle transactions end at {LIFETIME_SECONDS:g} s)")
+        # a web worker killed inside a transaction leaves it open on the server:
+        # the launcher aborts it after LIFETIME_SECONDS, not secantusd-py's 60 s
+        launcher = (sys.executable, str(ROOT / "ops" / "secantusd_lifetime.py"), repr(LIFETIME_SECONDS))
+        self.database = EmbeddedServer(startup_timeout=60, launcher=launcher)
         self.database.start()
         web_port, prometheus_port = free_port(), free_port()
         self.base = f"http://127.0.0.1:{web_port}"

@@ -1,23 +1,39 @@
-"""The embedded server aborts a transaction its killed client left open within
-the embedded transaction lifetime (``EmbeddedServer(transaction_lifetime=...)``),
-not after ``secantusd-py``'s own 60 s."""
+"""The development launcher ``ops/secantusd_lifetime.py`` makes the embedded
+server abort a transaction its killed client left open within the given
+lifetime, not after ``secantusd-py``'s own 60 s; ``EmbeddedServer(launcher=...)``
+starts the server through it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from openprocurement_feed import _embedded_server, embedded
 from openprocurement_feed.embedded import EmbeddedServer
+
+#: The launcher, a development tool outside the package (which never imports SecantusDB).
+LAUNCHER = Path(__file__).resolve().parent.parent / "ops" / "secantusd_lifetime.py"
+
+
+def load_launcher() -> ModuleType:
+    """The launcher as a module, loaded by path (it is not part of the package)."""
+    spec = importlib.util.spec_from_file_location("secantusd_lifetime", LAUNCHER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 #: The child: opens a transaction, writes in it, says so, then waits to be killed.
 ABANDONING_CLIENT = textwrap.dedent(
@@ -58,7 +74,7 @@ def write_in_transaction(client: MongoClient[Any]) -> bool:
 
 def test_a_killed_clients_transaction_is_aborted_within_the_lifetime() -> None:
     lifetime = 2.0
-    with EmbeddedServer(transaction_lifetime=lifetime) as server:
+    with EmbeddedServer(launcher=(sys.executable, str(LAUNCHER), str(lifetime))) as server:
         client: MongoClient[Any] = MongoClient(server.uri)
         try:
             client.db.docs.insert_one({"_id": 1, "n": 0})
@@ -78,20 +94,13 @@ def test_a_killed_clients_transaction_is_aborted_within_the_lifetime() -> None:
             client.close()
 
 
-def test_the_server_command_passes_the_lifetime() -> None:
-    server = EmbeddedServer(transaction_lifetime=7.5)
-    assert server._server_command("/bin/secantusd-py") == [sys.executable, embedded.LAUNCHER, "7.5"]
-    assert EmbeddedServer(transaction_lifetime=None)._server_command("/bin/secantusd-py") == ["/bin/secantusd-py"]
-    assert EmbeddedServer().transaction_lifetime == embedded.TRANSACTION_LIFETIME_SECONDS
-
-
-@pytest.mark.parametrize("value", [0, -1.0, float("nan")])
-def test_a_lifetime_not_above_zero_is_refused(value: float) -> None:
-    with pytest.raises(ValueError, match="transaction_lifetime must be above 0 seconds"):
-        EmbeddedServer(transaction_lifetime=value)
+def test_the_server_command_is_the_launcher_when_given() -> None:
+    launcher = (sys.executable, str(LAUNCHER), "7.5")
+    assert EmbeddedServer(launcher=launcher)._server_command("/bin/secantusd-py") == list(launcher)
+    assert EmbeddedServer()._server_command("/bin/secantusd-py") == ["/bin/secantusd-py"]
 
 
 @pytest.mark.parametrize("argv", [[], ["soon"], ["0"], ["-3"]])
 def test_the_launcher_refuses_a_bad_lifetime(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert _embedded_server.main(argv) == 2
-    assert "usage: _embedded_server.py SECONDS" in capsys.readouterr().err
+    assert load_launcher().main(argv) == 2
+    assert "usage: secantusd_lifetime.py SECONDS" in capsys.readouterr().err

@@ -1,15 +1,15 @@
-"""Run the SecantusDB server with the embedded database's transaction lifetime.
+"""``secantusd-py`` with a transaction lifetime: a development tool, not package code.
 
-Run by path (it never imports the package) by
-:class:`openprocurement_feed.embedded.EmbeddedServer`::
-
-    python _embedded_server.py SECONDS --host 127.0.0.1 --port ... (secantusd-py's flags)
+    python ops/secantusd_lifetime.py SECONDS --host 127.0.0.1 --port ... (secantusd-py's flags)
 
 It is ``secantusd-py`` (``secantus.cli.main``, same flags, same behaviour)
 with one difference: an open transaction idle for SECONDS is aborted, where
 ``secantusd-py`` waits 60 s (mongod's default ``transactionLifetimeLimitSeconds``)
 and has no flag to change it. The server's constructor takes the lifetime;
-its command line does not pass it on.
+its command line does not pass it on. It lives here, outside the package,
+because the package never imports SecantusDB (GPL-2.0; the package is
+Apache-2.0): :class:`openprocurement_feed.embedded.EmbeddedServer` runs it
+as a separate program when given ``launcher=(python, this file, SECONDS)``.
 
 Why it matters: a client killed inside a transaction (a web worker
 ``kill -9``'d between its write and its commit) leaves the transaction open
@@ -19,8 +19,10 @@ cursors keep the document's page from being evicted and its snapshot keeps
 every later version of every document in memory; the page grows with each
 write to the documents on it, every read of it sleeps in WiredTiger's failed
 forced evictions, and the server reads under one lock: in the
-production-shaped test the writes fell from 72 to about one a second for
-45 to 60 s after such a kill (``ops/e2e.py``).
+production-shaped test (``ops/e2e.py``, which starts the server through
+this launcher) the writes fell from 72 to about one a second for 45 to
+60 s after such a kill. MongoDB has the same 60 s lifetime but does not
+stall on it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import inspect
 import os
 import sys
 
-USAGE = "usage: _embedded_server.py SECONDS SECANTUSD-FLAGS..."
+USAGE = "usage: secantusd_lifetime.py SECONDS SECANTUSD-FLAGS..."
 
 
 def parse_seconds(text: str) -> float:
@@ -51,7 +53,7 @@ def main(argv: list[str]) -> int:
     except ValueError as error:
         print(f"{USAGE}\n{error}", file=sys.stderr)
         return 2
-    # Run by path, this folder is sys.path[0]: the package's modules must not
+    # Run by path, this folder is sys.path[0]: its modules must not
     # shadow the server's imports.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
