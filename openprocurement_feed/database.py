@@ -504,28 +504,51 @@ class FeedStoreMixin:
     ) -> builtins.list[str]:
         """Create the feed indexes on ``collection`` (sorted on ``key``);
         returns their names."""
-        names = []
-        for spec in self.feed_index_specs(scope_fields, key):
-            spec = dict(spec)
-            keys = spec.pop("keys")
-            try:
-                names.append(collection.create_index(keys, **spec))
-            except OperationFailure as error:
-                if error.code == INDEX_KEY_SPECS_CONFLICT:
-                    log.warning(
-                        "Feed index %s not created: an index of that name has other keys (%s); "
-                        "drop it to have the feed's: db.%s.dropIndex(%r)",
-                        spec["name"],
-                        error,
-                        collection.name,
-                        spec["name"],
-                    )
-                    continue
-                if error.code != INDEX_OPTIONS_CONFLICT:
-                    raise
-                # The same keys are indexed under another name: keep going.
-                log.warning("Feed index %s not created: %s", spec["name"], error)
-        return names
+        return create_indexes(collection, self.feed_index_specs(scope_fields, key))
+
+
+def stamp_index_specs() -> builtins.list[dict[str, Any]]:
+    """The one index a commit-ordered feed needs on its *documents*:
+    ``feed_all``, ``(is_public, public_modified, _id)``.
+
+    Pages of a commit-ordered feed read the positions collection; the
+    documents are read in ``(public_modified, _id)`` order of the public ones
+    only by a sequencer's backfill and recovery, and past a stamp by the
+    health verdict. Every index on the documents is kept up to date by
+    every write of the application, so a collection that no watermark feed
+    reads gets this one index instead of the whole set: on the embedded
+    server each one costs the writers about 0.3 ms of its CPU per write.
+    """
+    return [spec for spec in FeedStoreMixin.feed_index_specs() if spec["name"] == "feed_all"]
+
+
+def create_indexes(collection: Collection[Any], specs: Iterable[Mapping[str, Any]]) -> builtins.list[str]:
+    """Create the indexes of ``specs`` (``keys``, ``name``) on ``collection``;
+    returns their names. An index of a spec's name with other keys is left
+    alone with a warning that says how to drop it; the same keys under
+    another name are left alone with a warning."""
+    names = []
+    for spec in specs:
+        options = dict(spec)
+        keys = options.pop("keys")
+        try:
+            names.append(collection.create_index(keys, **options))
+        except OperationFailure as error:
+            if error.code == INDEX_KEY_SPECS_CONFLICT:
+                log.warning(
+                    "Feed index %s not created: an index of that name has other keys (%s); "
+                    "drop it to have the feed's: db.%s.dropIndex(%r)",
+                    options["name"],
+                    error,
+                    collection.name,
+                    options["name"],
+                )
+                continue
+            if error.code != INDEX_OPTIONS_CONFLICT:
+                raise
+            # The same keys are indexed under another name: keep going.
+            log.warning("Feed index %s not created: %s", options["name"], error)
+    return names
 
 
 class FeedStore(FeedStoreMixin):

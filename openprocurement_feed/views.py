@@ -21,6 +21,8 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
+from .database import create_indexes as create_stamp_indexes
+from .database import stamp_index_specs
 from .listing import ENTRY_FIELDS
 from .longpoll import OVER_CAP
 from .offset import compose_offset
@@ -457,8 +459,12 @@ def create_indexes(store: Any, feed: FeedDefinition) -> None:
     error is a programming error and stops start-up."""
     scope_fields = [feed.filter_field] if feed.filter_field else []
     try:
-        store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
-        if feed.order == COMMIT:
+        if feed.order != COMMIT:
+            store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
+        else:
+            # pages read the positions: the documents need only the index of
+            # the sequencer's backfill (each one costs every write)
+            create_stamp_indexes(store.collection(feed.collection), stamp_index_specs())
             store.ensure_feed_indexes(
                 # beside the documents, in the store's database (not the host's
                 # collection accessor: the package owns that collection)

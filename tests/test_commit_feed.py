@@ -252,6 +252,8 @@ def test_scopes_modes_and_opt_fields_in_commit_order(commit_settings: dict[str, 
         indexes = store.db[positions_name("submissions")].index_information()
         assert {"feed_frameworkID_mode", "feed_frameworkID_all", "feed_mode", "feed_all"} <= set(indexes)
         assert indexes["feed_mode"]["key"] == [("is_public", 1), ("is_test", 1), ("committed_ts", 1), ("_id", 1)]
+        # the documents keep only the backfill's index: pages read the positions
+        assert sorted(collection.index_information()) == ["_id_", "feed_all"]
     finally:
         shutdown(registry)
 
