@@ -299,6 +299,9 @@ class FeedStoreMixin:
                 filters=filters,
                 has_offset=has_offset,
             )
+            for row in rows:  # the order's key, as list() has always given it
+                if reader.key not in row:
+                    row[reader.key] = reader.row_value(row)
             return reader.finish(rows, fields)
 
     def _rows(
@@ -401,7 +404,7 @@ class FeedStoreMixin:
             limit=fetch,
             **common,  # type: ignore[arg-type]
         )
-        group = boundary_ids(rows, reader.key, offset.value)  # rows are sorted: a leading run
+        group = boundary_ids(rows, reader.row_value, offset.value)  # rows are sorted: a leading run
         end = find_window(group, offset.count, offset.digest)
         if end is None and group and len(group) == len(rows) == fetch:
             # The tie group fills the whole fetch: the run may lie beyond it.

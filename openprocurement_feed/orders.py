@@ -24,17 +24,18 @@ range, the tie handling and the keyset continuation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from bson.int64 import Int64
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 
-from .listing import ROW_FIELDS, STATE_LISTING, merge, missing, normalize
+from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
 from .offset import Offset, compose_offset, compose_position
 
 WATERMARK = "watermark"
@@ -45,6 +46,8 @@ ORDERS = (WATERMARK, COMMIT)
 PUBLIC_MODIFIED = "public_modified"
 PUBLIC_TS = "public_ts"
 COMMITTED_TS = "committed_ts"
+#: An entry's position as one integer, ``time << 32 | inc`` (:func:`position_seq`).
+COMMITTED_SEQ = "committed_seq"
 #: The positions collection of feed collection ``name`` is ``name + suffix``.
 POSITIONS_SUFFIX = "_feed_positions"
 #: The ``_id`` of the sequencer's state document (resume token, checkpoint,
@@ -57,8 +60,26 @@ STATE_ID = MinKey()
 CROSS_ORDER_MARGIN = 1.0
 
 
-def boundary_ids(rows: Iterable[dict[str, Any]], key: str, value: Any) -> list[str]:
-    """The ids of the leading run of ``rows`` whose ``key`` equals ``value``.
+def position_seq(position: Timestamp) -> Int64:
+    """``position`` as one integer that sorts as positions do."""
+    return Int64((position.time << 32) | position.inc)
+
+
+def seq_position(seq: int) -> Timestamp:
+    """The position of :func:`position_seq`'s integer ``seq``."""
+    return Timestamp(seq >> 32, seq & 0xFFFFFFFF)
+
+
+def row_position(row: Mapping[str, Any]) -> Any:
+    """A commit page row's position: its ``committed_seq`` as a
+    ``Timestamp``, or its ``committed_ts`` where it has no ``committed_seq``."""
+    seq = row.get(COMMITTED_SEQ)
+    return seq_position(seq) if seq is not None else row.get(COMMITTED_TS)
+
+
+def boundary_ids(rows: Iterable[dict[str, Any]], value_of: Callable[[dict[str, Any]], Any], value: Any) -> list[str]:
+    """The ids of the leading run of ``rows`` whose value (``value_of(row)``)
+    equals ``value``.
 
     A page is sorted by ``(key, _id)``, so the rows that share its first (or,
     read backwards, its last) value form one run at that end: reading the
@@ -66,7 +87,7 @@ def boundary_ids(rows: Iterable[dict[str, Any]], key: str, value: Any) -> list[s
     """
     ids = []
     for row in rows:
-        if row.get(key) != value:
+        if value_of(row) != value:
             break
         ids.append(row["_id"])
     return ids
@@ -149,6 +170,10 @@ class PageReader:
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         """Add the order's upper bound to ``query`` (in place)."""
 
+    def row_value(self, row: Mapping[str, Any]) -> Any:
+        """The value of ``key`` a row of :meth:`find` sorts by."""
+        return row.get(self.key)
+
     def _cursor(
         self,
         collection: Collection[Any],
@@ -228,12 +253,18 @@ class CommitReader(PageReader):
         self.positions = db.get_collection(
             positions_name(collection.name), read_preference=collection.read_preference, read_concern=majority
         )
-        state = self.positions.find_one({"_id": STATE_ID}, {"checkpoint": 1, STATE_LISTING: 1}, session=session)
+        state = self.positions.find_one(
+            {"_id": STATE_ID}, {"checkpoint": 1, STATE_LISTING: 1, STATE_SEQ: 1}, session=session
+        )
         if not state or not isinstance(state.get("checkpoint"), Timestamp):
             raise FeedNotReady(collection.name)
         self.checkpoint: Timestamp = state["checkpoint"]
         #: the fields every entry carries (none: positions of an earlier release)
         self.listing: tuple[str, ...] = tuple(state.get(STATE_LISTING) or ())
+        #: every entry carries ``committed_seq``: rows project it instead of
+        #: the ``Timestamp`` (entries of an earlier release do not, until the
+        #: sequencer has added it)
+        self.seq = state.get(STATE_SEQ) is True
 
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         existing = query.get(COMMITTED_TS)
@@ -244,14 +275,32 @@ class CommitReader(PageReader):
         bounded["$lte"] = self.checkpoint if upper is None else min(upper, self.checkpoint)
         query[COMMITTED_TS] = bounded
 
+    def row_value(self, row: Mapping[str, Any]) -> Any:
+        return row_position(row)
+
     def find(
         self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
     ) -> list[dict[str, Any]]:
-        """The entries, projected on ``committed_ts`` and ``fields``: each
-        is a page row as it is."""
-        projection = {COMMITTED_TS: 1}
+        """The entries, projected on their position (``committed_seq``, or
+        ``committed_ts`` where entries may lack it) and ``fields``: each is
+        a page row as it is (:func:`row_position` reads its position)."""
+        projection = {COMMITTED_SEQ if self.seq else COMMITTED_TS: 1}
         projection.update({name: 1 for name in fields if name not in ROW_FIELDS})
-        return self._cursor(self.positions, query, projection, sort, limit)
+        rows = self._cursor(self.positions, query, projection, sort, limit)
+        if self.seq:
+            self._fill_positions(rows)
+        return rows
+
+    def _fill_positions(self, rows: list[dict[str, Any]]) -> None:
+        """Give ``committed_ts`` to the rows without ``committed_seq``: entries
+        an earlier release's sequencer wrote after the flag was set (one
+        still running beside this release's)."""
+        lacking = [row for row in rows if COMMITTED_SEQ not in row]
+        for start in range(0, len(lacking), self.fill_chunk):
+            chunk = {row["_id"]: row for row in lacking[start : start + self.fill_chunk]}
+            query = {"_id": {"$in": list(chunk)}}
+            for entry in self._cursor(self.positions, query, {COMMITTED_TS: 1}, None, 0):
+                chunk[entry["_id"]][COMMITTED_TS] = entry.get(COMMITTED_TS)
 
     def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
         """Fill the ``fields`` the entries do not carry from the documents
@@ -287,6 +336,10 @@ class FeedOrder:
     def compose(self, value: Any, ids: Iterable[str]) -> str:
         """The offset of a page boundary at ``value`` shared by ``ids``."""
         raise NotImplementedError
+
+    def row_value(self, row: Mapping[str, Any]) -> Any:
+        """The value a page row of this order sorts by (its offset's value)."""
+        return row[self.key]
 
     def convert(self, offset: Offset, descending: bool) -> Offset:
         """``offset`` as this order reads it (an offset of the other order is
@@ -342,6 +395,9 @@ class CommitOrder(FeedOrder):
 
     def compose(self, value: Any, ids: Iterable[str]) -> str:
         return compose_position(value, ids)
+
+    def row_value(self, row: Mapping[str, Any]) -> Any:
+        return row_position(row)
 
     def convert(self, offset: Offset, descending: bool) -> Offset:
         if offset.is_position:

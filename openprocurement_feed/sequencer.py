@@ -70,8 +70,8 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from .health import LagWindow, Publisher, event_lag
-from .listing import STATE_LISTING, STATE_TARGET, covers, normalize, take
-from .orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, positions_name
+from .listing import STATE_LISTING, STATE_SEQ, STATE_TARGET, covers, normalize, take
+from .orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,7 @@ class CollectionSequencer:
             {
                 "_id": doc["_id"],
                 COMMITTED_TS: position,
+                COMMITTED_SEQ: position_seq(position),
                 "rev": doc.get("_rev"),
                 "is_public": doc.get("is_public") is True,
                 "is_test": doc.get("is_test") is True,
@@ -276,7 +277,13 @@ class CollectionSequencer:
     @staticmethod
     def tombstone(doc_id: Any, position: Timestamp) -> dict[str, Any]:
         """The entry of a deleted document: hidden from every feed."""
-        return {"_id": doc_id, COMMITTED_TS: position, "is_public": False, "deleted": True}
+        return {
+            "_id": doc_id,
+            COMMITTED_TS: position,
+            COMMITTED_SEQ: position_seq(position),
+            "is_public": False,
+            "deleted": True,
+        }
 
     def write(self, entries: Sequence[Mapping[str, Any]], state: UpdateOne | None = None) -> int:
         """Write entries forward-only, then ``state``, in one ordered bulk
@@ -420,6 +427,8 @@ class CollectionSequencer:
         carried = state.get(STATE_LISTING)
         target = state.get(STATE_TARGET)
         if carried is not None and tuple(carried) == self.listing and target is None:
+            if state.get(STATE_SEQ) is not True:
+                self._start_rematerializer()
             return
         old = tuple(carried or ())
         kept = [name for name in self.listing if covers(old, name)]
@@ -433,6 +442,9 @@ class CollectionSequencer:
             list(old) if carried is not None else "(none)",
             list(self.listing),
         )
+        self._start_rematerializer()
+
+    def _start_rematerializer(self) -> None:
         if self.rematerializer is None or not self.rematerializer.is_alive():
             self.rematerializer = threading.Thread(
                 target=self._rematerialize_logged, name=f"rematerialize-{self.name}", daemon=True
@@ -441,7 +453,9 @@ class CollectionSequencer:
 
     def _rematerialize_logged(self) -> None:
         try:
-            self.rematerialize()
+            if self.positions.find_one({"_id": STATE_ID, STATE_TARGET: {"$exists": True}}, {"_id": 1}):
+                self.rematerialize()
+            self.add_seq()
         except PyMongoError as error:  # the next start tries again
             log.warning("Sequencer of %r: re-materialization stopped: %s", self.name, error)
 
@@ -477,6 +491,36 @@ class CollectionSequencer:
             "" if done.matched_count else " (another listing has been asked for since)",
         )
         return bool(done.matched_count)
+
+    def add_seq(self) -> int:
+        """Give ``committed_seq`` to every entry without it (entries of an
+        earlier release), then flag the state: pages project it instead of
+        ``committed_ts``. Each write is filtered on the entry's position, so
+        an entry moved meanwhile (which has it) is left alone. Returns the
+        number of entries given it."""
+        state = self.positions.find_one({"_id": STATE_ID}, {STATE_SEQ: 1}) or {}
+        if state.get(STATE_SEQ) is True:
+            return 0
+        added = 0
+        cursor = self.positions.find(
+            {COMMITTED_SEQ: {"$exists": False}, COMMITTED_TS: {"$type": "timestamp"}},
+            {COMMITTED_TS: 1},
+            batch_size=RESTAMP_CHUNK,
+        )
+        for chunk in _chunks(cursor, RESTAMP_CHUNK):
+            if self.stopping.is_set():
+                return added
+            operations = [
+                UpdateOne(
+                    {"_id": row["_id"], COMMITTED_TS: row[COMMITTED_TS]},
+                    {"$set": {COMMITTED_SEQ: position_seq(row[COMMITTED_TS])}},
+                )
+                for row in chunk
+            ]
+            added += self.positions.bulk_write(operations, ordered=False).modified_count
+        self.positions.update_one({"_id": STATE_ID}, {"$set": {STATE_SEQ: True}}, upsert=True)
+        log.info("Sequencer of %r: %d entries given committed_seq", self.name, added)
+        return added
 
     # -- the stream ---------------------------------------------------------
 
@@ -535,7 +579,9 @@ class CollectionSequencer:
             return self._recover(state)
         start = successor(cluster_time(self.db))
         self.positions.update_one(
-            {"_id": STATE_ID}, {"$setOnInsert": {"start": start, STATE_LISTING: list(self.listing)}}, upsert=True
+            {"_id": STATE_ID},
+            {"$setOnInsert": {"start": start, STATE_LISTING: list(self.listing), STATE_SEQ: True}},
+            upsert=True,
         )
         start = self.load_state().get("start", start)  # a sequencer that started first wins
         stream = self._watch(start_at_operation_time=start)

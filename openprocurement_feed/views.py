@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 from urllib.parse import urlencode
 
@@ -106,13 +107,13 @@ def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrd
     """
     if not rows:
         return raw_offset, raw_offset
-    key = order.key if order is not None else PUBLIC_MODIFIED
-    compose = order.compose if order is not None else compose_offset
-    last = rows[-1][key]
-    first = rows[0][key]
+    value_of: Callable[[Mapping[str, Any]], Any] = order.row_value if order is not None else itemgetter(PUBLIC_MODIFIED)
+    compose: Callable[[Any, Iterable[str]], str] = order.compose if order is not None else compose_offset
+    last = value_of(rows[-1])
+    first = value_of(rows[0])
     return (
-        compose(last, boundary_ids(reversed(rows), key, last)),
-        compose(first, boundary_ids(rows, key, first)),
+        compose(last, boundary_ids(reversed(rows), value_of, last)),
+        compose(first, boundary_ids(rows, value_of, first)),
     )
 
 

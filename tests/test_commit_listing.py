@@ -21,6 +21,7 @@ from openprocurement_feed import commit_listings, shutdown
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.listing import (
     STATE_LISTING,
+    STATE_SEQ,
     STATE_TARGET,
     covers,
     merge,
@@ -174,10 +175,13 @@ def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) ->
             "title": "v0",
         }
         assert "budget" not in entry and "status" not in entry, "what the feeds may show and the rule reads"
-        assert set(entry) == {"_id", "committed_ts", "rev", "is_public", "is_test", "dateModified", "owner"} | {
+        assert set(entry) == {"_id", "committed_ts", "committed_seq", "rev", "is_public", "is_test"} | {
+            "dateModified",
+            "owner",
             "public_modified",
             "title",
         }
+        assert entry["committed_seq"] == (entry["committed_ts"].time << 32) | entry["committed_ts"].inc
         assert state_of(store)[STATE_LISTING] == [
             "config.restricted",
             "dateModified",
@@ -283,19 +287,36 @@ def test_positions_of_an_earlier_release_are_upgraded(settings: dict[str, str]) 
         docs = write(store, 8, "u")
         wait_sequenced(store.db)
         expected = first.get(FEED + "?opt_fields=title").json["data"]
+        first_page = first.get(FEED + "?limit=3").json
     finally:
         shutdown(first.app.registry)
     db = MongoClient(settings["mongodb.uri"], tz_aware=True)[settings["mongodb.db_name"]]
     positions = db[positions_name("tenders")]
-    positions.update_many({"_id": {"$ne": STATE_ID}}, {"$unset": {"title": "", "dateModified": ""}})
-    positions.update_one({"_id": STATE_ID}, {"$unset": {STATE_LISTING: ""}})
+    positions.update_many(
+        {"_id": {"$ne": STATE_ID}}, {"$unset": {"title": "", "dateModified": "", "committed_seq": ""}}
+    )
+    positions.update_one({"_id": STATE_ID}, {"$unset": {STATE_LISTING: "", STATE_SEQ: ""}})
     assert positions.count_documents({"title": {"$exists": True}}) == 0
     second = feed_app(settings, ("title",))
     store = second.app.registry.feed_store
     try:
         assert second.get(FEED + "?opt_fields=title").json["data"] == expected
+        # pages written before the upgrade and after it have the same offsets
+        assert second.get(FEED + "?limit=3").json["next_page"] == first_page["next_page"]
         wait_listing(store, ("dateModified", "public_modified", "title"))
         assert positions.count_documents({"title": {"$exists": True}}) == len(docs)
+        deadline = time.monotonic() + 30
+        while state_of(store).get(STATE_SEQ) is not True:
+            assert time.monotonic() < deadline, "the entries were not given committed_seq"
+            time.sleep(0.05)
+        assert positions.count_documents({"committed_seq": {"$exists": False}}) == 1  # the state alone
+        assert second.get(FEED + "?opt_fields=title").json["data"] == expected
+        assert second.get(FEED + "?limit=3").json["next_page"] == first_page["next_page"]
+        # an entry without committed_seq (an earlier release's sequencer still
+        # writing beside this one) still gets its position on a page
+        ids = [item["id"] for item in first_page["data"]]
+        positions.update_many({"_id": {"$in": ids}}, {"$unset": {"committed_seq": ""}})
+        assert second.get(FEED + "?limit=3").json["next_page"] == first_page["next_page"]
         assert second.get(FEED + "?opt_fields=title").json["data"] == expected
     finally:
         shutdown(second.app.registry)

@@ -5,6 +5,7 @@ row."""
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,10 +33,10 @@ def test_boundary_ids_are_the_tie_groups_of_a_sorted_page(stamps: list[float], b
     for value in set(stamps):
         at_value = [row["_id"] for row in rows if row["public_modified"] == value]
         if rows[0]["public_modified"] == value:
-            assert boundary_ids(rows, "public_modified", value) == at_value
+            assert boundary_ids(rows, itemgetter("public_modified"), value) == at_value
         if rows[-1]["public_modified"] == value:
-            assert boundary_ids(reversed(rows), "public_modified", value) == at_value[::-1]
-    assert boundary_ids(rows, "public_modified", -1.0) == []
+            assert boundary_ids(reversed(rows), itemgetter("public_modified"), value) == at_value[::-1]
+    assert boundary_ids(rows, itemgetter("public_modified"), -1.0) == []
 
 
 @given(

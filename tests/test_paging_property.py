@@ -37,7 +37,7 @@ from pymongo.collection import Collection
 
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.offset import parse_offset
-from openprocurement_feed.orders import COMMIT, COMMITTED_TS, STATE_ID, FeedOrder, positions_name
+from openprocurement_feed.orders import COMMIT, COMMITTED_TS, STATE_ID, FeedOrder, positions_name, row_position
 from openprocurement_feed.sequencer import Sequencer
 from openprocurement_feed.views import page_offsets
 
@@ -98,10 +98,10 @@ class Crawler:
             limit=limit,
             order=self.order,
         )
-        key = self.feed_order.key
+        value_of = self.feed_order.row_value
         for row in rows:
-            delivered = (row["_id"], row["version"], row[key])
-            if delivered in self.rows and (offset is None or row[key] != offset.value):
+            delivered = (row["_id"], row["version"], value_of(row))
+            if delivered in self.rows and (offset is None or value_of(row) != offset.value):
                 self.stray.append(delivered)
             self.rows.add(delivered)
             self.seen.add((row["_id"], row["version"]))
@@ -552,7 +552,7 @@ def test_pages_cut_inside_transactions_send_each_row_once(
             raw, served, cuts = "", [], 0
             while True:
                 rows = crawler.fetch(raw, descending, limit)
-                if rows and raw and rows[0][COMMITTED_TS] == parse_offset(raw).value:
+                if rows and raw and row_position(rows[0]) == parse_offset(raw).value:
                     cuts += 1  # this page goes on with the group the last one cut
                 served += [row["_id"] for row in rows]
                 raw = crawler.offsets(rows, raw)[0]

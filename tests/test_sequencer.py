@@ -24,7 +24,7 @@ from pymongo import MongoClient
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.database import FeedStore
 from openprocurement_feed.offset import Offset, ids_digest
-from openprocurement_feed.orders import STATE_ID, positions_name
+from openprocurement_feed.orders import STATE_ID, positions_name, row_position
 from openprocurement_feed.sequencer import (
     CollectionSequencer,
     PositionCounter,
@@ -54,8 +54,8 @@ def crawl_ids(store: FeedStore, limit: int = 50) -> list[str]:
         if not rows:
             return ids
         ids.extend(row["_id"] for row in rows if "_feed_hidden" not in row)
-        last = rows[-1]["committed_ts"]
-        group = [row["_id"] for row in rows if row["committed_ts"] == last]
+        last = row_position(rows[-1])
+        group = [row["_id"] for row in rows if row_position(row) == last]
         offset = Offset(last, len(group), ids_digest(group), "committed_ts")
 
 
