@@ -358,7 +358,7 @@ def add_feed(
     if order == COMMIT and own:
         raise ConfigurationError(
             f"add_feed({name!r}): {', '.join(own)} cannot be listed by a commit-ordered feed: "
-            "positions entries carry fields of that name of their own (_id, committed_ts, rev, deleted)"
+            "positions entries carry fields of that name of their own (_id, committed_ts, committed_seq, rev, deleted)"
         )
     try:
         policy = ItemPolicy.build(
