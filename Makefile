@@ -101,8 +101,10 @@ test-alerts:
 # minutes. Needs prometheus and promtool (Debian/Ubuntu: apt-get install
 # prometheus): without them it fails with status 2, or prints a skip line
 # and passes with OPS_OPTIONAL=1.
+# The alert rules' unit tests (test-alerts) run first wherever promtool is.
 OPS_OPTIONAL ?=
 test-ops: $(STAMP_TEST)
+	@if [ -n "$(PROMTOOL)" ]; then $(MAKE) --no-print-directory test-alerts; fi
 	OPS_OPTIONAL="$(OPS_OPTIONAL)" PROMTOOL="$(PROMTOOL)" $(BIN)/python ops/e2e.py $(ARGS)
 
 dist: $(STAMP_TEST)
