@@ -18,7 +18,7 @@ DOCS = ["sphinx>=7"]
 METRICS = ["prometheus_client>=0.17"]
 # The feed pages' JSON renderer uses orjson when installed (several times
 # faster than the standard library on a 1000-item page); optional.
-FAST = ["orjson>=3.8"]
+FAST = ["orjson>=3.9"]
 # Serving many long-poll waiters: gunicorn with gevent workers
 # (examples/gunicorn_gevent.conf.py; tests/test_gunicorn_gevent.py).
 DEPLOY = ["gunicorn>=23", "gevent>=24.10.1"]

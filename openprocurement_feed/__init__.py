@@ -76,7 +76,7 @@ from .offset import (
 from .openapi import add_openapi_paths, include_openapi
 from .orders import COMMIT, FeedNotReady
 from .probes import include_probes
-from .renderers import RENDERER, FeedJSONRenderer
+from .renderers import RENDERER, FeedJSONRenderer, load_timezone
 from .settings import FeedSettings, parse_settings
 from .startup import defer
 from .stores import HostStore, apply_numbers, set_feed_store
@@ -267,11 +267,11 @@ def includeme(config: Configurator) -> None:
     config.add_directive("add_openapi_paths", add_openapi_paths)
     if getattr(registry, "feed_settings", None) is not None:
         return
-    config.add_renderer(RENDERER, FeedJSONRenderer())
     registry.feed_definitions = {}
     registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
     registry.feed_settings = settings
+    config.add_renderer(RENDERER, FeedJSONRenderer(zone=load_timezone(settings.timezone)))
     warn_doubled_prefix(config.route_prefix, settings.route_prefix)
     config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,

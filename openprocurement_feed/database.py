@@ -615,11 +615,16 @@ class FeedStore(FeedStoreMixin):
         return self.db.get_collection(self.collections.get(name, name), write_concern=self.write_concern)
 
     def feed_collection(self, name: str) -> Collection[Any]:
-        """The collection behind feed ``name`` with the feed's read options."""
+        """The collection behind feed ``name`` with the feed's read options.
+
+        Its BSON dates come back naive (UTC), as upstream's client returns
+        them, so that the renderer writes them in ``feed.timezone`` as
+        upstream's renderer does (:mod:`.renderers`)."""
         collection = self._feed_collections.get(name)
         if collection is None:
             collection = self._feed_collections[name] = self.db.get_collection(
                 self.collections.get(name, name),
+                codec_options=self.db.codec_options.with_options(tz_aware=False),
                 read_preference=self.read_preference,
                 read_concern=self.read_concern,
             )

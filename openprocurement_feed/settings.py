@@ -97,6 +97,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "longpoll_max_seconds": Setting("feed.longpoll_max_seconds", "FEED_LONGPOLL_MAX_SECONDS", "55"),
         "longpoll_max_waiters": Setting("feed.longpoll_max_waiters", "FEED_LONGPOLL_MAX_WAITERS", "auto"),
         "openapi": Setting("feed.openapi", "FEED_OPENAPI", "true"),
+        "timezone": Setting("feed.timezone", "FEED_TIMEZONE", "Europe/Kyiv"),
     }
 )
 #: The longest watermark accepted without ``feed.long_watermark = true``.
@@ -154,6 +155,9 @@ class FeedSettings:
     longpoll_max_waiters: int | None = None
     #: serve the OpenAPI document at ``{route_prefix}/feeds/openapi.json``
     openapi: bool = True
+    #: the zone naive datetimes of listed fields are written in (they are
+    #: UTC): upstream's renderer writes them in its ``TZ``, Europe/Kiev
+    timezone: str = "Europe/Kyiv"
 
     @property
     def embedded(self) -> bool:
@@ -337,6 +341,24 @@ def parse_route_prefix(where: str, value: str) -> str:
     return prefix
 
 
+def parse_timezone(where: str, value: str) -> str:
+    """An IANA time zone name (``Europe/Kyiv``, ``UTC``) known to
+    :mod:`zoneinfo` (the system's zone database, or the ``tzdata``
+    package)."""
+    from .renderers import load_timezone
+
+    try:
+        load_timezone(value)
+    except (KeyError, ValueError, OSError):
+        raise _fail(
+            where,
+            value,
+            "expected a time zone name such as Europe/Kyiv or UTC (from the system's zone database "
+            "or the tzdata package)",
+        ) from None
+    return value
+
+
 def parse_non_negative_seconds(where: str, value: str, allowed: str = "expected a number of seconds >= 0") -> float:
     """A finite number of seconds >= 0 (``allowed``: what the error says is expected)."""
     seconds = _number(float, where, value, allowed)
@@ -465,4 +487,5 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         longpoll_max_seconds=longpoll_max,
         longpoll_max_waiters=parse_max_waiters(*raw("longpoll_max_waiters")),
         openapi=parse_bool(*raw("openapi")),
+        timezone=parse_timezone(*raw("timezone")),
     )

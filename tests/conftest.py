@@ -42,6 +42,10 @@ def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
         "FEED_ORDER",
         "FEED_SEQUENCER",
+        "FEED_TIMEZONE",
+        "READ_PREFERENCE",
+        "WRITE_CONCERN",
+        "READ_CONCERN",
     ):
         monkeypatch.delenv(name, raising=False)
 

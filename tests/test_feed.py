@@ -222,6 +222,23 @@ def test_tie_group_cut_by_pages_is_sent_exactly_once(
     assert len(seen) == len(set(seen)), "no duplicates with a matching hash"
 
 
+def test_the_protocol_pages_tie_example(demo_app: Any, put_docs: Put) -> None:
+    """The protocol page's "differences from upstream" example: three
+    tenders of one stamp, ``limit=2``. The first page and its offset are
+    upstream's (``{pm}.{n}.{md5 of the sorted ids}``); the second page sends
+    only the third tender, where upstream's re-sends all three (it hides the
+    served ones only when the whole group read at ``pm`` is those ``n``)."""
+    a, b, c = (letter * 32 for letter in "abc")
+    for doc_id in (c, a, b):
+        put_docs([1700000000.5], _id=doc_id)
+    first = demo_app.get(FEED + "?limit=2").json
+    assert [i["id"] for i in first["data"]] == [a, b]
+    digest = hashlib.md5((a + b).encode()).hexdigest()
+    assert first["next_page"]["offset"] == f"1700000000.5.2.{digest}"
+    second = demo_app.get(first["next_page"]["path"]).json
+    assert [i["id"] for i in second["data"]] == [c]
+
+
 def test_tie_group_larger_than_the_fetch_window(demo_app: Any, put_docs: Put) -> None:
     docs = put_docs([150.0] * 12 + [200.0])
     seen = [i["id"] for i in crawl(demo_app, FEED + "?limit=2")]

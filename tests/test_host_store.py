@@ -407,3 +407,79 @@ def test_the_host_store_twice_under_autocommit_is_an_error(settings: dict[str, s
             config.set_feed_store(store)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["unstamped", "stamp_public_ts"])
+def test_a_legacy_public_ts_offset_is_read_natively_when_the_store_stamps_public_ts(
+    settings: dict[str, str], stamped: bool
+) -> None:
+    """Upstream stamps ``public_ts`` (the write's cluster time) on every
+    write, and its crawlers may hold offsets of that form. A host store that
+    says so (``stamp_public_ts = True``, the setup page's walk-through) has
+    them read on ``public_ts``, exactly after the item they name; without it
+    they are read as a time a margin early (nothing lost, items re-sent)."""
+    from bson.timestamp import Timestamp
+
+    example = load_example()
+
+    class Store(example.MongodbStore):  # type: ignore[misc, name-defined]
+        stamp_public_ts = stamped
+
+    store = Store(settings)
+    store.add_collection("tenders", example.TenderCollection)
+    try:
+        config = Configurator(
+            settings=dict(settings, **{"feed.route_prefix": ""}), autocommit=True, route_prefix="/api/2.5"
+        )
+        config.include("openprocurement_feed")
+        config.set_feed_store(store, collection=lambda store, name: store.collection_named(name))
+        config.add_feed("tenders")
+        app = config.make_wsgi_app()
+        stamps = [(1778583599.5, Timestamp(1778583599, 1)), (1778583600.5, Timestamp(1778583600, 3))]
+        stamps.append((1778583601.5, Timestamp(1778583601, 1)))
+        store.tenders.collection.insert_many(
+            {
+                "_id": f"{number:032x}",
+                "public_modified": modified,
+                "public_ts": ts,
+                "is_public": True,
+                "is_test": False,
+                "dateModified": "2026-05-12T14:00:00+03:00",
+            }
+            for number, (modified, ts) in enumerate(stamps)
+        )
+        # the offset of the second item, as upstream wrote it
+        page = TestApp(app).get("/api/2.5/tenders?offset=1778583600.0000000003").json
+        ids = [item["id"] for item in page["data"]]
+        if stamped:
+            assert ids == [f"{2:032x}"]
+            assert page["next_page"]["offset"].startswith("1778583601.5.1.")
+        else:
+            assert ids == [f"{number:032x}" for number in range(3)]
+        shutdown(app.registry)
+    finally:
+        store.close()
+
+
+def test_the_walk_through_covers_the_move_from_upstream() -> None:
+    """The setup page's upstream walk-through names what a host moving from
+    upstream needs: its listing routes replaced, the route prefix, legacy
+    ``public_ts`` offsets, its masks and its settings; the example app it
+    describes uses ``replaces=``."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "setup.rst").read_text(encoding="utf-8")
+    walk = text[text.index("Moving an existing API, step by step") : text.index("The save contract\n---")]
+    for needle in (
+        "autocommit=True",
+        'replaces="Tenders"',
+        "feed.route_prefix =",
+        "stamp_public_ts = True",
+        "TENDER_MASK_MAPPING_RAW",
+        '"is_masked"',
+        "SECONDARY_PREFERRED",
+        "feed.watermark_seconds",
+        "feed.timezone",
+    ):
+        assert needle in walk, needle
+    example = (root / "examples" / "upstream_host.py").read_text(encoding="utf-8")
+    assert 'replaces="Tenders"' in example and "autocommit=True" in example

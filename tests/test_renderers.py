@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import orjson  # noqa: F401  (the 'fast' extra, part of the test extra: both paths run)
 import pytest
+from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
+from bson.decimal128 import Decimal128
 
 from openprocurement_feed import renderers
 from openprocurement_feed.renderers import FeedJSONRenderer, json_encoder, stdlib_dumps
@@ -51,7 +54,7 @@ def test_both_encoders_give_the_same_parsed_json() -> None:
 
 
 def test_without_orjson_the_stdlib_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(renderers, "_orjson_dumps", lambda: None)
+    monkeypatch.setattr(renderers, "_orjson_dumps", lambda zone=None: None)
     assert json_encoder() is stdlib_dumps
     assert FeedJSONRenderer().dumps is stdlib_dumps
 
@@ -63,7 +66,7 @@ def _app(settings: dict[str, str], fast: bool, monkeypatch: pytest.MonkeyPatch) 
 
     with monkeypatch.context() as patch:
         if not fast:
-            patch.setattr(renderers, "_orjson_dumps", lambda: None)
+            patch.setattr(renderers, "_orjson_dumps", lambda zone=None: None)
         return TestApp(main({}, **settings))
 
 
@@ -124,7 +127,6 @@ def _bson_values() -> list[tuple[str, Any, Any]]:
     """(field, stored value, its JSON) for every type a listed field may hold."""
     import uuid
     from datetime import date, datetime, timedelta, timezone
-    from decimal import Decimal
 
     from bson.decimal128 import Decimal128
     from bson.objectid import ObjectId
@@ -133,12 +135,18 @@ def _bson_values() -> list[tuple[str, Any, Any]]:
     kyiv = timezone(timedelta(hours=2))
     oid = ObjectId("0123456789abcdef01234567")
     return [
-        ("naive", datetime(2024, 12, 15, 8, 40, 9), "2024-12-15T08:40:09"),
+        # naive datetimes are UTC, written in Kyiv's offset as upstream's
+        # renderer writes them (winter +02:00, summer +03:00)
+        ("naive", datetime(2024, 12, 15, 8, 40, 9), "2024-12-15T10:40:09+02:00"),
+        ("summer", datetime(2024, 7, 1, 21, 0, 0, 5), "2024-07-02T00:00:00.000005+03:00"),
         ("aware", datetime(2024, 12, 15, 8, 40, 9, 123456, tzinfo=kyiv), "2024-12-15T08:40:09.123456+02:00"),
+        ("utc", datetime(2024, 12, 15, 8, 40, 9, tzinfo=timezone.utc), "2024-12-15T08:40:09+00:00"),
         ("day", date(2024, 12, 15), "2024-12-15"),
         ("oid", oid, "0123456789abcdef01234567"),
-        ("amount", Decimal128("12345.6700"), "12345.6700"),
-        ("decimal", Decimal("0.10"), "0.10"),
+        # decimals are numbers, as upstream's renderer writes its Decimal values
+        ("amount", Decimal128("12345.6700"), 12345.67),
+        ("decimal", Decimal("0.10"), 0.1),
+        ("big", Decimal("1E+3"), 1000),
         ("stamp", Timestamp(1778583600, 7), "1778583600.0000000007"),
         ("uid", uuid.UUID(int=5), "00000000-0000-0000-0000-000000000005"),
         ("custom", WithJSON(), {"custom": "yes"}),
@@ -150,6 +158,42 @@ def test_bson_values_render_the_same_with_either_encoder(fast: bool) -> None:
     encode = json_encoder(prefer_fast=fast)
     for name, stored, expected in _bson_values():
         assert json.loads(encode({name: stored})) == {name: expected}, name
+    # a decimal is a JSON number, never a string
+    assert isinstance(json.loads(encode({"amount": Decimal("0.10")}))["amount"], float)
+
+
+def test_orjson_writes_a_decimals_own_digits() -> None:
+    """orjson writes a decimal's digits as they are (upstream's renderer
+    writes ``str(decimal)``); the standard library the nearest double."""
+    from bson.decimal128 import Decimal128
+
+    value = {"a": Decimal("1000.50"), "b": Decimal128("1E+3"), "c": Decimal("0.1000000000000000055511151231257827")}
+    assert json_encoder()(value) == b'{"a":1000.50,"b":1E+3,"c":0.1000000000000000055511151231257827}'
+    assert json_encoder(prefer_fast=False)(value) == b'{"a":1000.5,"b":1000.0,"c":0.1}'
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1E+400"])
+def test_a_decimal_that_is_no_json_number_is_not_rendered(fast: bool, bad: str) -> None:
+    from bson.decimal128 import Decimal128
+
+    encode = json_encoder(prefer_fast=fast)
+    for value in (Decimal(bad), Decimal128(bad)):
+        with pytest.raises((TypeError, ValueError), match="not a finite JSON number"):
+            encode({"amount": value})
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
+def test_naive_datetimes_are_written_in_the_configured_zone(fast: bool) -> None:
+    from datetime import datetime
+
+    from openprocurement_feed.renderers import load_timezone
+
+    naive = {"at": datetime(2024, 12, 15, 8, 40, 9)}
+    assert json.loads(json_encoder(fast, load_timezone("UTC"))(naive)) == {"at": "2024-12-15T08:40:09+00:00"}
+    assert json.loads(json_encoder(fast, load_timezone("America/New_York"))(naive)) == {
+        "at": "2024-12-15T03:40:09-05:00"
+    }
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
@@ -180,7 +224,8 @@ def test_a_feed_page_with_dates_renders_and_an_unrenderable_value_is_a_named_500
                 }
             )
         page = app.get("/api/2.5/tenders?limit=1").json
-        assert page["data"] == [{"id": "0" * 32, "dateModified": "2024-12-15T08:40:09+00:00"}]
+        # a BSON date, written in Kyiv's offset as upstream's app writes it
+        assert page["data"] == [{"id": "0" * 32, "dateModified": "2024-12-15T10:40:09+02:00"}]
         monkeypatch.setattr(
             store, "feed_page", lambda *a, **k: [dict(_id="1" * 32, public_modified=1.0, dateModified=object())]
         )
@@ -192,3 +237,81 @@ def test_a_feed_page_with_dates_renders_and_an_unrenderable_value_is_a_named_500
         assert any("Feed page not rendered" in record.message for record in caplog.records)
     finally:
         app.app.registry.feed_store.close()
+
+
+class DecimalCodec(TypeCodec):
+    """Decimal128 read back as Decimal, as an upstream-shaped store's codec
+    options do (its amounts are stored as Decimal128)."""
+
+    python_type = Decimal
+    bson_type = Decimal128
+
+    def transform_python(self, value: Decimal) -> Decimal128:
+        return Decimal128(value)
+
+    def transform_bson(self, value: Decimal128) -> Decimal:
+        return value.to_decimal()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "stdlib"])
+def test_an_upstream_shaped_host_lists_bson_dates_and_decimals_as_upstreams_renderer(
+    settings: dict[str, str], monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    """The host's own store as upstream's is made: a client that returns BSON
+    dates naive, codec options that decode Decimal128 to Decimal; an
+    autocommitting Configurator with upstream's route prefix. The listed
+    fields come out as upstream's renderer writes them: naive dates (UTC) in
+    Kyiv's offset, decimals as numbers (orjson: their own digits, as
+    upstream's ``str(decimal)``)."""
+    from datetime import datetime
+
+    from pymongo import MongoClient
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed import FeedStoreMixin, shutdown
+
+    class UpstreamStore(FeedStoreMixin):
+        def __init__(self) -> None:
+            self.connection: MongoClient[Any] = MongoClient(settings["mongodb.uri"])  # tz_aware=False
+            self.database = self.connection.get_database(
+                settings["mongodb.db_name"], codec_options=CodecOptions(type_registry=TypeRegistry([DecimalCodec()]))
+            )
+
+    store = UpstreamStore()
+    try:
+        with monkeypatch.context() as patch:
+            if not fast:
+                patch.setattr(renderers, "_orjson_dumps", lambda zone=None: None)
+            config = Configurator(
+                settings=dict(settings, **{"feed.route_prefix": ""}), autocommit=True, route_prefix="/api/2.5"
+            )
+            config.include("openprocurement_feed")
+            config.set_feed_store(store)
+            config.add_feed("tenders", allowed_fields=("lots", "tenderPeriod", "next_check"))
+            app = config.make_wsgi_app()
+        store.database.tenders.insert_one(
+            {
+                "_id": "a" * 32,
+                "public_modified": 1_700_000_000.0,
+                "is_public": True,
+                "is_test": False,
+                "dateModified": "2024-12-15T10:40:09.123456+02:00",
+                "next_check": datetime(2024, 7, 1, 21, 0),
+                "tenderPeriod": {"endDate": datetime(2024, 12, 15, 8, 40, 9)},
+                "lots": [{"id": "l1", "value": {"amount": Decimal("1000.50"), "currency": "UAH"}}],
+            }
+        )
+        response = TestApp(app).get("/api/2.5/tenders?opt_fields=lots,tenderPeriod,next_check")
+        (item,) = response.json["data"]
+        assert item == {
+            "id": "a" * 32,
+            "dateModified": "2024-12-15T10:40:09.123456+02:00",
+            "next_check": "2024-07-02T00:00:00+03:00",
+            "tenderPeriod": {"endDate": "2024-12-15T10:40:09+02:00"},
+            "lots": [{"id": "l1", "value": {"amount": 1000.5, "currency": "UAH"}}],
+        }
+        assert (b'"amount":1000.50,' if fast else b'"amount":1000.5,') in response.body
+        shutdown(app.registry)
+    finally:
+        store.connection.close()

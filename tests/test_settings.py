@@ -105,6 +105,8 @@ def test_missing_uri_names_the_setting_and_the_variable() -> None:
         ("feed.order", "sideways", "'feed.order': 'sideways'; expected one of watermark, commit"),
         ("feed.order", "Commit", "'feed.order': 'Commit'"),
         ("feed.sequencer", "process", "'feed.sequencer': 'process'; expected one of off, thread"),
+        ("feed.timezone", "Europe/Atlantis", "'feed.timezone': 'Europe/Atlantis'; expected a time zone name"),
+        ("feed.timezone", "../etc/passwd", "'feed.timezone': '../etc/passwd'"),
     ],
 )
 def test_bad_values_name_the_setting(key: str, value: str, message: str) -> None:
@@ -169,3 +171,50 @@ def test_upstreams_environment_variables_are_read_after_ours() -> None:
 def test_a_bad_upstream_variable_is_named() -> None:
     with pytest.raises(ConfigurationError, match="environment variable READ_PREFERENCE: 'FASTEST'"):
         parse_settings({"mongodb.uri": "mongodb://db"}, environ={"READ_PREFERENCE": "FASTEST"})
+
+
+def test_the_time_zone_of_naive_dates() -> None:
+    """Upstream's renderer writes naive dates in its ``TZ`` (Europe/Kiev
+    when unset): the default is the same zone."""
+    assert parse_settings({"mongodb.uri": URI}, {}).timezone == "Europe/Kyiv"
+    assert parse_settings({"mongodb.uri": URI, "feed.timezone": "UTC"}, {}).timezone == "UTC"
+    assert parse_settings({"mongodb.uri": URI}, {"FEED_TIMEZONE": "Europe/Warsaw"}).timezone == "Europe/Warsaw"
+
+
+def test_an_upstream_ini_configures_the_include(settings: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream's ini keys in upstream's spellings, under its autocommitting
+    Configurator with its route prefix: the include accepts them all and
+    the package's own store reads as they say."""
+    from pymongo.read_preferences import SecondaryPreferred
+    from pyramid.config import Configurator
+
+    from openprocurement_feed import shutdown
+
+    upstream_ini = {
+        "mongodb.uri": settings["mongodb.uri"],
+        "mongodb.db_name": settings["mongodb.db_name"],
+        "mongodb.max_pool_size": "100",
+        "mongodb.min_pool_size": "0",
+        "mongodb.read_preference": "SECONDARY_PREFERRED",
+        "mongodb.write_concern": "majority",
+        "mongodb.read_concern": "majority",
+        "mongodb.tender_collection": "test_tenders",
+        "mongodb.plan_collection": "test_plans",
+        "feed.route_prefix": "",
+        "feed.watermark_seconds": settings["feed.watermark_seconds"],
+    }
+    config = Configurator(settings=upstream_ini, autocommit=True, route_prefix="/api/2.5")
+    with caplog.at_level("WARNING", logger="openprocurement_feed"):
+        config.include("openprocurement_feed")
+    assert "Unknown setting" not in caplog.text  # every upstream key is known
+    config.add_feed("tenders", collection="test_tenders")
+    app = config.make_wsgi_app()
+    try:
+        store = app.registry.feed_store
+        collection = store.feed_collection("test_tenders")
+        assert isinstance(collection.read_preference, SecondaryPreferred)
+        assert collection.read_concern.level == "majority"
+        assert store.collection("test_tenders").write_concern.document == {"w": "majority"}
+        assert app.registry.feed_definitions["tenders"].route_path == "/api/2.5/tenders"
+    finally:
+        shutdown(app.registry)
