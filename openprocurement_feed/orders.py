@@ -250,8 +250,14 @@ class CommitReader(PageReader):
         majority = ReadConcern("majority")
         db = collection.database
         self.collection = collection
+        # the feed collection's codec options too: a page decodes dates the
+        # same way in both orders (the renderer writes naive ones in
+        # feed.timezone)
         self.positions = db.get_collection(
-            positions_name(collection.name), read_preference=collection.read_preference, read_concern=majority
+            positions_name(collection.name),
+            codec_options=collection.codec_options,
+            read_preference=collection.read_preference,
+            read_concern=majority,
         )
         state = self.positions.find_one(
             {"_id": STATE_ID}, {"checkpoint": 1, STATE_LISTING: 1, STATE_SEQ: 1}, session=session

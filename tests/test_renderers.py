@@ -315,3 +315,40 @@ def test_an_upstream_shaped_host_lists_bson_dates_and_decimals_as_upstreams_rend
         shutdown(app.registry)
     finally:
         store.connection.close()
+
+
+def test_a_bson_date_in_a_listed_field_renders_the_same_in_both_orders(settings: dict[str, str]) -> None:
+    """The commit order's page reads the positions with the feed
+    collection's codec options: a date is decoded, and so written, as the
+    watermark order's page writes it (naive UTC, in ``feed.timezone``)."""
+    import time
+    from datetime import datetime
+
+    from conftest import wait_sequenced
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+    from openprocurement_feed.testing import wait_watermark
+
+    app = TestApp(
+        main({}, **dict(settings, **{"feed.order": "commit", "feed.sequencer": "thread", "demo.both_orders": "true"}))
+    )
+    store = app.app.registry.feed_store
+    try:
+        tenders = store.collection("tenders")
+        doc = {"_id": "d" * 32, "status": "active", "next_check": datetime(2024, 12, 15, 8, 40, 9)}
+        store.save_data(tenders, doc, insert=True)
+        wait_sequenced(store.db)
+        wait_watermark()
+        pages = {}
+        deadline = time.monotonic() + 10
+        for feed in ("tenders", "tenders-watermark"):
+            while not (data := app.get(f"/api/2.5/{feed}?opt_fields=next_check").json["data"]):
+                assert time.monotonic() < deadline, feed
+                time.sleep(0.05)
+            pages[feed] = data
+        assert pages["tenders"] == pages["tenders-watermark"]
+        assert pages["tenders"][0]["next_check"] == "2024-12-15T10:40:09+02:00"
+    finally:
+        shutdown(app.app.registry)
