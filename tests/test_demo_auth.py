@@ -312,3 +312,18 @@ def test_credentials_and_tokens_parsing() -> None:
     assert access_token(request(**{"X-Access-Token": "t"})) == "t"
     assert access_token(DummyRequest(params={"acc_token": "q"})) == "q"
     assert not token_matches(None, "x") and not token_matches("t", None) and not token_matches("t", "")
+
+
+@pytest.mark.parametrize(
+    "charset", ["", "; charset=x-unknown", "; charset=rot13"], ids=["utf-8", "unknown", "not-text"]
+)
+def test_the_token_of_a_body_in_any_charset(charset: str) -> None:
+    """``access.token`` of a JSON body; a charset without a text codec is
+    no token (the view answers such a body 422), never an error."""
+    from pyramid.request import Request
+
+    from openprocurement_feed.demo.auth import access_token
+
+    body = b'{"data": {}, "access": {"token": "t"}}'
+    request = Request.blank("/", method="PATCH", body=body, content_type="application/json" + charset)
+    assert access_token(request) == ("t" if not charset else None)

@@ -4,11 +4,12 @@ everyone else sees the masked paths' placeholders."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
+from pyramid.request import Request
 from pyramid.security import Allowed, Denied
 from pyramid.testing import DummyRequest
 
@@ -141,3 +142,79 @@ def test_bad_masks_and_permissions_are_configuration_errors(arguments: dict[str,
     values = {"masks": None, "restricted_permission": None, **arguments}
     with pytest.raises(ConfigurationError, match=message):
         ItemPolicy.build(True, ("owner",), ("dateModified",), values["masks"], None, values["restricted_permission"])
+
+
+class KeyPrincipals:
+    """A legacy authentication policy shaped like upstream's: the key of
+    ``Authorization: Bearer <key>`` names a user; its principals are its
+    group (``g:brokers``) and one ``a:<level>`` per accreditation letter."""
+
+    USERS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "key-plain": ("broker2", "brokers", "1234"),
+        "key-r": ("broker_r", "brokers", "1234r"),
+    }
+
+    def user(self, request: Any) -> tuple[str, str, str] | None:
+        method, _, key = request.headers.get("Authorization", "").partition(" ")
+        return self.USERS.get(key) if method.lower() == "bearer" else None
+
+    def authenticated_userid(self, request: Any) -> str | None:
+        user = self.user(request)
+        return None if user is None else user[0]
+
+    def unauthenticated_userid(self, request: Any) -> str | None:
+        return self.authenticated_userid(request)
+
+    def effective_principals(self, request: Any) -> list[str]:
+        from pyramid.authorization import Authenticated, Everyone
+
+        user = self.user(request)
+        if user is None:
+            return [Everyone]
+        return [Everyone, Authenticated, user[0], f"g:{user[1]}", *(f"a:{level}" for level in user[2])]
+
+    def remember(self, request: Any, userid: Any, **kw: Any) -> list[Any]:
+        return []
+
+    def forget(self, request: Any, **kw: Any) -> list[Any]:
+        return []
+
+
+@pytest.mark.filterwarnings("ignore:Authentication and authorization policies have been deprecated")
+@pytest.mark.parametrize("grant", [True, False], ids=["root-acl-grants-a:r", "root-acl-grants-nothing"])
+def test_an_upstream_style_legacy_policy_and_acl(settings: dict[str, str], grant: bool) -> None:
+    """A host on Pyramid's legacy authentication and ACL authorization
+    policies (upstream's shape) wires the rule with one ACL entry on its
+    root: ``(Allow, "a:r", RESTRICTED_PERMISSION)``. The owner sees the
+    object whole through ``authenticated_userid``, whatever the ACL."""
+    from pyramid.authorization import ACLAuthorizationPolicy, Allow, Everyone
+    from pyramid.interfaces import IAuthenticationPolicy
+    from webtest import TestApp
+    from zope.interface import classImplements
+
+    classImplements(KeyPrincipals, IAuthenticationPolicy)
+
+    class Root:
+        __acl__ = [(Allow, Everyone, "view")] + ([(Allow, "a:r", RESTRICTED_PERMISSION)] if grant else [])
+
+        def __init__(self, request: Any) -> None:
+            self.request = request
+
+    config = Configurator(settings=settings, root_factory=Root)
+    config.set_authentication_policy(KeyPrincipals())
+    config.set_authorization_policy(ACLAuthorizationPolicy())
+    config.include("openprocurement_feed")
+    config.add_feed("tenders", restricted=True, masks=MASKS, restricted_permission=RESTRICTED_PERMISSION)
+    config.add_route("tender", "/api/2.5/tenders/{id}")
+    config.add_view(lambda request: mask_object(request, "tenders", DOC), route_name="tender", renderer="json")
+    app = TestApp(config.make_wsgi_app())
+    try:
+        for key, whole in (("", False), ("key-plain", False), ("key-r", grant)):
+            shown = app.get("/api/2.5/tenders/t1", headers={"Authorization": f"Bearer {key}"} if key else {}).json
+            assert (shown["title"] == "secret") is whole, (key, shown)
+        owned = dict(DOC, owner="broker2")
+        request = Request.blank("/", headers={"Authorization": "Bearer key-plain"})
+        request.registry = config.registry
+        assert mask_object(request, "tenders", owned) is owned
+    finally:
+        config.registry.feed_store.close()

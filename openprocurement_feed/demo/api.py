@@ -103,7 +103,9 @@ def read_data(request: Request, resource: Resource) -> dict[str, Any]:
     """The ``data`` object of a JSON body, checked, without server-owned fields."""
     try:
         body = request.json_body
-    except (ValueError, RecursionError) as error:
+    except (ValueError, LookupError, RecursionError) as error:
+        # LookupError: a Content-Type charset Python has no text codec for
+        # (``application/json; charset=x-unknown``, ``charset=rot13``)
         raise BadRequest("body", f"Expecting a JSON body: {error}") from None
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
         raise BadRequest("data", 'Expecting an object {"data": {...}}')

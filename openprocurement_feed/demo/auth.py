@@ -184,7 +184,7 @@ def access_token(request: Request) -> str | None:
     if request.method in ("POST", "PATCH", "PUT") and request.content_type == "application/json":
         try:
             body: Any = request.json_body
-        except (ValueError, RecursionError):
+        except (ValueError, LookupError, RecursionError):
             return None
         access = body.get("access") if isinstance(body, dict) else None
         token = access.get("token") if isinstance(access, dict) else None
