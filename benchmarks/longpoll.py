@@ -8,7 +8,7 @@ embedded database through the threaded demo server, in both orders
    follow the feed at its head, one long-polling, one polling every 1 s and
    one every 0.1 s. The table shows, per crawler, the median and p99 delay
    from the PATCH's acknowledgement to the crawler holding that version.
-2. **Database CPU**: 1, 10 and 50 crawlers at the head of a quiet feed for
+2. **Database CPU**: 1, 5, 10 and 50 crawlers at the head of a quiet feed for
    ``--wait-seconds``, long-polling, then polling every 1 s; the CPU seconds
    the database process (and its children) spent meanwhile
    (:meth:`EmbeddedServer.cpu_seconds`), beside the same span with no crawler at all. The
@@ -37,7 +37,7 @@ from openprocurement_feed.testing import make_settings
 from .common import percentile, status, table
 
 WATERMARK_SECONDS = 1.0
-CRAWLER_COUNTS = (1, 10, 50)
+CRAWLER_COUNTS = (1, 5, 10, 50)
 
 
 class Crawler(threading.Thread):

@@ -61,13 +61,17 @@ DEFAULT_INTERVAL = 0.05
 #: ``getMore``: how soon its thread notices that nobody waits any more, or
 #: that the notifier stops.
 STREAM_AWAIT_MS = 250
-#: Seconds between two reads of a watermark feed's newest stamp: a stamp is
-#: seen within this and woken at stamp + ``W``, so the delay stays within
-#: ``W`` + this. Four reads a second per followed collection, whatever the
-#: number of waiters: less than five crawlers polling once a second
-#: (measured at 0.2 s, 50 waiters cost the embedded database 0.12 s of CPU
-#: in 15 s, ten pollers 0.11 s: ``python -m benchmarks longpoll``).
-WATERMARK_INTERVAL = 0.25
+#: Seconds between two reads of a watermark feed's newest stamp, at most: a
+#: stamp read before stamp + ``W`` is woken at stamp + ``W``, so while this
+#: is at most ``W`` the delay is ``W`` whatever it is
+#: (:func:`watermark_read_interval`). Two reads a second per followed
+#: collection, whatever the number of waiters: fewer than five crawlers
+#: polling once a second (measured at 0.25 s, 50 waiters cost the embedded
+#: database 0.42 s of CPU in 30 s, about what five pollers cost:
+#: ``python -m benchmarks longpoll``).
+WATERMARK_INTERVAL = 0.5
+#: ... and at least (a ``W`` below twice this is woken up to this late).
+MIN_WATERMARK_INTERVAL = 0.25
 #: Seconds after stamp + ``W`` a watermark waiter is woken: the page's own
 #: ``$$NOW - W`` (millisecond resolution) must already include the stamp.
 WAKE_MARGIN = 0.003
@@ -157,6 +161,13 @@ def waiter_key(order: str, offset: Offset | None) -> Key:
     return None
 
 
+def watermark_read_interval(watermark_seconds: float, longest: float = WATERMARK_INTERVAL) -> float:
+    """Seconds between two reads of a watermark feed's newest stamp: half of
+    ``W`` (a stamp is then read well before stamp + ``W``, when its waiters
+    are woken), within ``[MIN_WATERMARK_INTERVAL, longest]``."""
+    return min(longest, max(MIN_WATERMARK_INTERVAL, watermark_seconds / 2))
+
+
 class LongPollNotifier:
     """The waiters of one process and the thread that wakes them.
 
@@ -166,7 +177,8 @@ class LongPollNotifier:
         request would wait: the server's thread count may be learnt late).
     :param interval: seconds between two reads of a commit feed's
         checkpoint while anyone waits on it.
-    :param watermark_interval: the same for a watermark feed's newest stamp.
+    :param watermark_interval: the longest between two reads of a watermark
+        feed's newest stamp (:func:`watermark_read_interval` of ``W``).
     :param metrics: the app's :class:`~.metrics.FeedMetrics`, or None.
 
     The thread starts with the first waiter and sleeps, with no query,
@@ -186,7 +198,7 @@ class LongPollNotifier:
         self.watermark_seconds = watermark_seconds
         self._max_waiters = max_waiters
         self.interval = interval
-        self.watermark_interval = watermark_interval
+        self.watermark_interval = watermark_read_interval(watermark_seconds, watermark_interval)
         self.metrics = metrics
         self._cond = threading.Condition()
         self._watches: dict[tuple[str, str], Watch] = {}

@@ -430,3 +430,12 @@ def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
     assert [item["id"] for item in response.json()["data"]] == [tender["id"]]
     assert waiter.seconds < 5
     assert opened, "the notifier did not try a change stream"
+
+
+@pytest.mark.parametrize(("watermark", "interval"), [(0.0, 0.25), (0.3, 0.25), (0.8, 0.4), (1.0, 0.5), (30.0, 0.5)])
+def test_a_watermark_feeds_stamp_is_read_within_half_of_w(watermark: float, interval: float) -> None:
+    """Read before stamp + W, a stamp's waiters are woken at stamp + W: the
+    reads are as rare as that allows, within their bounds."""
+    from openprocurement_feed.longpoll import watermark_read_interval
+
+    assert watermark_read_interval(watermark) == interval
