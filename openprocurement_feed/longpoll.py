@@ -80,6 +80,11 @@ WAKE_MARGIN = 0.003
 MAX_PENDING = 64
 #: The outcomes of a long-poll request, as counted in the stats.
 WOKEN, TIMEOUT, OVER_CAP, SHUTDOWN = "woken", "timeout", "over_cap", "shutdown"
+#: ... and of one whose client went away while it waited.
+GONE = "gone"
+#: Seconds between two looks at whether a waiter's client is still there
+#: (where the server can tell: waitress's ``waitress.client_disconnected``).
+DISCONNECT_CHECK_SECONDS = 0.5
 
 #: What a waiter compares with the bound: a position, a stamp, or None
 #: (no comparable offset: woken by every change of its collection).
@@ -96,6 +101,8 @@ class FeedCounters:
     timeouts: int = 0
     over_cap: int = 0
     answered: int = 0
+    #: waiters released because their client went away
+    gone: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The figures as the health view shows them."""
@@ -105,6 +112,7 @@ class FeedCounters:
             "timeouts": self.timeouts,
             "over_cap": self.over_cap,
             "answered": self.answered,
+            "gone": self.gone,
         }
 
 
@@ -248,13 +256,17 @@ class LongPollNotifier:
         timeout: float,
         read: Callable[[], Rows],
         read_started: float,
+        disconnected: Callable[[], bool] | None = None,
     ) -> tuple[Rows, str]:
         """Wait up to ``timeout`` seconds for ``read()`` to return rows.
 
         The caller read an empty page, which it began at ``read_started``
         (``time.monotonic()``). Returns the rows to answer (possibly empty)
         and the outcome: :data:`WOKEN`, :data:`TIMEOUT`, :data:`OVER_CAP`
-        (answer at once with ``Retry-After``) or :data:`SHUTDOWN`.
+        (answer at once with ``Retry-After``), :data:`SHUTDOWN` or
+        :data:`GONE`: ``disconnected()`` (looked at every
+        :data:`DISCONNECT_CHECK_SECONDS`, no query) said the client went
+        away, and its thread is released at once.
         """
         deadline = time.monotonic() + timeout
         waiter = Waiter(waiter_key(order, offset))
@@ -284,7 +296,15 @@ class LongPollNotifier:
         try:
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not waiter.event.wait(remaining):
+                if remaining <= 0:
+                    break
+                if disconnected is not None:
+                    if not waiter.event.wait(min(remaining, DISCONNECT_CHECK_SECONDS)):
+                        if disconnected():
+                            outcome = GONE
+                            break
+                        continue
+                elif not waiter.event.wait(remaining):
                     break
                 if self.stopping:  # the property: stop() runs in another thread
                     outcome = SHUTDOWN
@@ -305,6 +325,8 @@ class LongPollNotifier:
                 counters.answered += 1
                 if outcome == TIMEOUT:
                     counters.timeouts += 1
+                if outcome == GONE:
+                    counters.gone += 1
             self._gauge(feed, -1)
         if outcome == TIMEOUT:
             self._count(feed, TIMEOUT)

@@ -277,7 +277,18 @@ def long_poll(
     if notifier is None:
         request.response.headers["Retry-After"] = "1"
         return rows
-    found, outcome = notifier.wait(feed.name, feed.collection, feed.order, params.offset, params.timeout, read, started)
+    # waitress tells when the client went away (with channel_request_lookahead)
+    disconnected = request.environ.get("waitress.client_disconnected")
+    found, outcome = notifier.wait(
+        feed.name,
+        feed.collection,
+        feed.order,
+        params.offset,
+        params.timeout,
+        read,
+        started,
+        disconnected=disconnected if callable(disconnected) else None,
+    )
     if outcome == OVER_CAP:
         request.response.headers["Retry-After"] = "1"
     return found or rows

@@ -267,6 +267,27 @@ def test_shutdown_answers_every_waiter_at_once(server_factory: Callable[..., Dem
     assert closed < 10  # the goal, < 2 s, is measured by the benchmark; loose here
 
 
+def test_a_waiter_whose_client_goes_away_is_released(server_factory: Callable[..., DemoServer], order: str) -> None:
+    """Under waitress (``channel_request_lookahead``) a waiter notices within
+    a second that its client closed the connection: its thread is free for
+    other requests long before its timeout."""
+    import socket
+
+    server = server_factory(order)
+    notifier = server.registry.feed_longpoll
+    offset = head_offset(server)
+    path = f"/api/2.5/tenders?feed=longpoll&timeout=50&offset={offset}"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode("ascii"))
+        wait_for(lambda: notifier.waiting == 1)
+        closed = time.monotonic()
+    wait_for(lambda: notifier.waiting == 0, timeout=10)
+    released = time.monotonic() - closed
+    print(f"{order}: a waiter whose client went away was released in {released:.2f} s")
+    assert released < 5
+    assert notifier.counters("tenders").gone == 1
+
+
 def test_shutdown_of_the_app_releases_waiters(commit_app: Any) -> None:
     """``openprocurement_feed.shutdown(registry)`` alone (no server)."""
     registry = commit_app.app.registry
@@ -318,6 +339,7 @@ def test_longpoll_figures_in_health_and_metrics(server_factory: Callable[..., De
         "timeouts": 1,
         "over_cap": 1,
         "answered": 2,
+        "gone": 0,
         "max_waiters": 1,
     }
 

@@ -100,6 +100,9 @@ class DemoServer:
                 clear_untrusted_proxy_headers=True,
                 connection_limit=200,
                 channel_timeout=30,
+                # reads on while a request runs, so that a long-poll waiter
+                # learns when its client went away (waitress.client_disconnected)
+                channel_request_lookahead=1,
             )
         except BaseException:
             self._close_app()
