@@ -9,6 +9,7 @@ Every test gets a database of its own, dropped afterwards.
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -140,3 +141,8 @@ def commit_app(commit_settings: dict[str, str]) -> Iterator[Any]:
     assert app.registry.feed_sequencer.wait_ready(timeout=30)
     yield TestApp(app)
     shutdown(app.registry)
+
+
+def basic(key: str) -> dict[str, str]:
+    """``Authorization: Basic base64("key:")``, as upstream's clients send."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_watermark
+from conftest import basic, wait_watermark
 from pyramid.exceptions import ConfigurationError
 
 from openprocurement_feed.demo import TENDER_MASKS
@@ -36,11 +36,6 @@ OTHER = {"Authorization": "Bearer key-other"}
 ACCREDITED = {"Authorization": "Bearer key-r"}
 SECRET_TITLE = "secret defence supply"
 SECRET_ENTITY = "Military unit A0000"
-
-
-def basic(key: str) -> dict[str, str]:
-    """``Authorization: Basic base64("key:")``, as upstream's clients send."""
-    return {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+from conftest import basic
 from pymongo import MongoClient
 
 from openprocurement_feed.demo.auth import PACKAGED_AUTH_FILE
@@ -27,10 +28,6 @@ OTHER = {"Authorization": "Bearer demo-broker2-key"}
 ACCREDITED = {"Authorization": "Bearer demo-broker-r-key"}
 SECRET_TITLE = "night-vision goggles"
 SECRET_ENTITY = "Military unit B1111"
-
-
-def basic(key: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
 
 
 @pytest.fixture(scope="module")
