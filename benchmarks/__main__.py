@@ -14,7 +14,8 @@ patch rate the demo API reaches with real-shaped documents), ``restricted``
 ``longpoll`` (``feed=longpoll``: PATCH-to-crawler delay beside polling
 crawlers, and the database's CPU with crawlers waiting at the head),
 ``host`` (the feed page's CPU against an upstream-shaped host's own listing
-view, the feed in the host route's place).
+view, the feed in the host route's place), ``save`` (what one ``save_data``
+costs the database in and outside a transaction, by collection size).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll"),
+        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save"),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -165,6 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import longpoll
 
         longpoll.run(changes=args.changes, wait_seconds=args.wait_seconds)
+        return 0
+    if args.part == "save":
+        from . import save
+
+        save.run()
         return 0
     if args.part == "restricted":
         from . import restricted_cost

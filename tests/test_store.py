@@ -87,6 +87,62 @@ def test_update_of_a_missing_document_is_a_conflict(host: HostStore) -> None:
         host.save_data(host.tenders, {"_id": "missing", "_rev": "1-abc"})
 
 
+class Transactional:
+    """``save_data`` of ``host`` run inside a transaction of its own (the
+    demo's writes): the guarded ``update_one`` by ``_id`` and the read-back."""
+
+    def __init__(self, host: HostStore, client: MongoClient) -> None:
+        self.host = host
+        self.client = client
+        self.tenders = host.tenders
+
+    def save_data(self, collection: Any, data: Any, **options: Any) -> Any:
+        with self.client.start_session() as session, session.start_transaction():
+            assert session.in_transaction
+            return self.host.save_data(collection, data, session=session, **options)
+
+
+@pytest.fixture(params=["plain", "transaction"])
+def saver(request: pytest.FixtureRequest, host: HostStore, mongo_client: MongoClient) -> Any:
+    """The store, saving outside a transaction or inside one."""
+    return host if request.param == "plain" else Transactional(host, mongo_client)
+
+
+def test_both_write_paths_stamp_guard_and_report_conflicts(saver: Any, mongo_client: MongoClient) -> None:
+    tenders = saver.tenders
+    before = server_now(mongo_client)
+    first = saver.save_data(tenders, {"_id": "t", "v": 1, "title": "$$NOW"}, insert=True)
+    stored = tenders.find_one({"_id": "t"})
+    assert stored["public_modified"] == first["public_modified"] >= before - 0.01
+    assert stored["title"] == "$$NOW" and stored["_rev"] == first["_rev"]
+    time.sleep(0.01)
+    second = saver.save_data(tenders, dict(first, v=2))
+    assert second["_rev"].startswith("2-") and second["public_modified"] > first["public_modified"]
+    assert tenders.find_one({"_id": "t"})["public_modified"] == second["public_modified"]
+    with pytest.raises(ConflictError):
+        saver.save_data(tenders, dict(first, v=3))  # stale _rev: nothing written
+    with pytest.raises(ConflictError):
+        saver.save_data(tenders, {"_id": "t", "v": 4}, insert=True)  # the id is taken
+    with pytest.raises(ConflictError):
+        saver.save_data(tenders, {"_id": "missing", "_rev": "1-abc"})
+    stored = tenders.find_one({"_id": "t"})
+    assert (stored["v"], stored["_rev"], stored["public_modified"]) == (2, second["_rev"], second["public_modified"])
+    assert tenders.find_one({"_id": "missing"}) is None
+    kept = saver.save_data(tenders, {"_id": "k", "public_modified": 123.456}, insert=True, modified=False)
+    assert kept["public_modified"] == tenders.find_one({"_id": "k"})["public_modified"] == 123.456
+
+
+def test_a_stale_save_in_a_transaction_changes_nothing(host: HostStore, mongo_client: MongoClient) -> None:
+    """The guard leaves the document as it was, stamp included: no write
+    the sequencer would see as a change."""
+    first = host.save_data(host.tenders, {"_id": "t", "v": 1}, insert=True)
+    second = host.save_data(host.tenders, dict(first, v=2))
+    with pytest.raises(ConflictError):
+        Transactional(host, mongo_client).save_data(host.tenders, dict(first, v=3))
+    stored = host.tenders.find_one({"_id": "t"})
+    assert stored["public_modified"] == second["public_modified"] and stored["_rev"] == second["_rev"]
+
+
 def test_modified_false_keeps_the_given_stamp(host: HostStore) -> None:
     host.save_data(host.tenders, {"_id": "t", "public_modified": 123.456}, insert=True, modified=False)
     assert host.tenders.find_one({"_id": "t"})["public_modified"] == 123.456
