@@ -58,20 +58,23 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bson.timestamp import Timestamp
 from pymongo import ASCENDING, DESCENDING, UpdateOne
-from pymongo.change_stream import CollectionChangeStream
+from pymongo.change_stream import ChangeStream, CollectionChangeStream
 from pymongo.collection import Collection
 from pymongo.database import Database
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from .health import LagWindow, Publisher, event_lag
 from .listing import STATE_LISTING, STATE_SEQ, STATE_TARGET, covers, normalize, take
 from .orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
+
+if TYPE_CHECKING:
+    from .dbstream import DatabaseStream
 
 log = logging.getLogger(__name__)
 
@@ -548,35 +551,31 @@ class CollectionSequencer:
         )
 
     def open(self) -> CollectionChangeStream[Any]:
-        """Open the stream where the saved state says: after the saved resume
-        token, else at the saved start (no event handled since); backfill on
-        a first start; recover when the resume point has left the oplog.
-        An observer follows from the present."""
-        if self.observe:
-            return self._watch()
+        """An observer's stream, from the present (a sequencer of positions
+        reads its database's stream: :class:`~.dbstream.DatabaseStream`)."""
+        if not self.observe:
+            raise SequencerError(f"collection {self.name!r}: a sequencer of positions reads its database's stream")
+        return self._watch()
+
+    def resume_point(self) -> tuple[Timestamp, Mapping[str, Any] | None]:
+        """Where this collection's events are needed from, by the saved
+        state, and the resume token of the last event handled there if any:
+        the last handled event's time and token, else the saved start
+        (backfilled first if it was stopped during its backfill); on a first
+        start, just after the present, after a backfill of everything
+        before it."""
         state = self.load_state()
         if state:
             self.check_listing(state)
         if isinstance(state.get("checkpoint"), Timestamp):
             # the feed is served from the saved checkpoint at once (ready)
             self.published(state["checkpoint"])
-        try:
-            if state.get("token"):
-                return self._watch(resume_after=state["token"])
-            if isinstance(state.get("start"), Timestamp):
-                stream = self._watch(start_at_operation_time=state["start"])
-                if state.get("checkpoint") is None:  # stopped during its backfill
-                    self._backfill(state["start"])
-                return stream
-        except OperationFailure as error:
-            if error.code not in HISTORY_LOST_CODES:
-                raise
-            log.warning(
-                "Sequencer of %r: the resume point has left the oplog (%s); re-stamping the changed documents",
-                self.name,
-                (error.details or {}).get("codeName"),
-            )
-            return self._recover(state)
+        if state.get("token") and isinstance(state.get("token_ts"), Timestamp):
+            return state["token_ts"], state["token"]
+        if isinstance(state.get("start"), Timestamp):
+            if state.get("checkpoint") is None:  # stopped during its backfill
+                self._backfill(state["start"])
+            return state["start"], None
         start = successor(cluster_time(self.db))
         self.positions.update_one(
             {"_id": STATE_ID},
@@ -584,9 +583,8 @@ class CollectionSequencer:
             upsert=True,
         )
         start = self.load_state().get("start", start)  # a sequencer that started first wins
-        stream = self._watch(start_at_operation_time=start)
         self._backfill(start)
-        return stream
+        return start, None
 
     def _backfill(self, start: Timestamp) -> None:
         began = time.monotonic()
@@ -601,9 +599,13 @@ class CollectionSequencer:
             time.monotonic() - began,
         )
 
-    def _recover(self, state: Mapping[str, Any]) -> CollectionChangeStream[Any]:
+    def recover(self) -> Timestamp:
+        """The resume point has left the oplog: give every document changed
+        since a fresh position above every position written so far, turn
+        entries of vanished documents into tombstones; returns the new
+        start (just after the present when it began)."""
+        state = self.load_state()
         start = successor(cluster_time(self.db))
-        stream = self._watch(start_at_operation_time=start)
         # Above every position written so far (a batch may have written its
         # entries past the saved token): a re-stamped entry always moves.
         newest = self.positions.find_one(
@@ -622,9 +624,9 @@ class CollectionSequencer:
         self.positions.update_one({"_id": STATE_ID}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True)
         self.publish(None, None, predecessor(start))
         log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s", self.name, count, floor)
-        return stream
+        return start
 
-    def read_batch(self, stream: CollectionChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
+    def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
         """The events of one batch, and whether the stream was caught up at
         its end (a read came back empty: every event committed by then is in
         the batch).
@@ -651,7 +653,7 @@ class CollectionSequencer:
                 break
         return events, False
 
-    def handle(self, stream: CollectionChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None:
+    def handle(self, stream: ChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None:
         """Write a batch's entries, then its token and checkpoint. An empty
         read after a batch published mid-stream publishes its last event's
         time (the stream is caught up there)."""
@@ -713,12 +715,19 @@ class CollectionSequencer:
     def run(self, stopping: threading.Event, retry_seconds: float = 1.0) -> None:
         """Follow the stream until ``stopping`` is set; transient database
         errors are logged and retried from the saved state."""
+        if not self.observe:
+            from .dbstream import DatabaseStream  # (it builds on this module)
+
+            DatabaseStream([self]).run(stopping, retry_seconds)
+            return
         self.stopping = stopping
-        try:
-            self._follow(stopping, retry_seconds)
-        finally:
-            if self.rematerializer is not None:
-                self.rematerializer.join(10.0)
+        self._follow(stopping, retry_seconds)
+
+    def join_rematerializer(self, timeout: float = 10.0) -> None:
+        """Wait for a running re-materialization to end (it stops with
+        :attr:`stopping`)."""
+        if self.rematerializer is not None:
+            self.rematerializer.join(timeout)
 
     def _pace(self, events: int, empty: int, began: float, stopping: threading.Event) -> None:
         """Wait before the next batch: until ``read_interval`` after this
@@ -808,19 +817,25 @@ class Sequencer:
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
 
-    def _run(self, follower: CollectionSequencer) -> None:
+    def _run(self, follower: CollectionSequencer | DatabaseStream) -> None:
         try:
             follower.run(self.stopping)
         except BaseException as error:  # reported by the owner (errors, logs)
             self.errors.append(error)
-            log.error("Sequencer of %r stopped: %s", follower.name, error)
+            name = follower.name if not isinstance(follower, CollectionSequencer) else repr(follower.name)
+            log.error("Sequencer of %s stopped: %s", name, error)
 
     def start(self) -> Sequencer:
-        """Start one daemon thread per collection."""
-        for follower in self.followers:
-            thread = threading.Thread(
-                target=self._run, args=(follower,), name=f"sequencer-{follower.name}", daemon=True
-            )
+        """Start one daemon thread for the sequenced collections (one
+        change stream of their database) and one per observed collection."""
+        from .dbstream import DatabaseStream  # (it builds on this module)
+
+        sequenced = [follower for follower in self.followers if not follower.observe]
+        runners: list[CollectionSequencer | DatabaseStream] = [DatabaseStream(sequenced)] if sequenced else []
+        runners += [follower for follower in self.followers if follower.observe]
+        for runner in runners:
+            label = "stream" if isinstance(runner, DatabaseStream) else runner.name
+            thread = threading.Thread(target=self._run, args=(runner,), name=f"sequencer-{label}", daemon=True)
             thread.start()
             self.threads.append(thread)
         return self
