@@ -1,9 +1,11 @@
 """The sequencer: gives every committed change a position in commit order (SPEC D).
 
 For each collection of a commit-ordered feed, a :class:`CollectionSequencer`
-follows the collection's change stream, strictly in order and in batches, and
+handles the collection's change events, strictly in order and in batches, and
 keeps one *entry* per document in the positions collection beside it
-(:func:`~.orders.positions_name`)::
+(:func:`~.orders.positions_name`); the events of every sequenced collection
+of a database come from one change stream of the database
+(:class:`~.dbstream.DatabaseStream`)::
 
     {_id, committed_ts, rev, is_public, is_test, public_modified, <scope fields>,
      <the listing's fields>}
@@ -26,14 +28,15 @@ checkpoint promises that every change with ``clusterTime <= checkpoint`` has
 its entry: it is the last event's time when the stream is caught up, else
 that time's predecessor (a transaction's events can straddle batches).
 
-On its first start a sequencer reads the cluster time, opens the stream at
-``T0`` just after it and *backfills* from a snapshot that holds every change
-before ``T0``: every public document without an entry gets a position below
-``T0`` in ``(public_modified, _id)`` order. When its resume
-token has left the oplog it *recovers*: every document whose ``_rev`` differs
-from its entry's (or that has none) gets a fresh position above the old
-checkpoint, entries of vanished documents become tombstones, and it goes on
-from the present. Both are :meth:`CollectionSequencer.restamp`.
+On its first start a sequencer reads the cluster time, takes ``T0`` just
+after it as the point its events are read from, and *backfills* from a
+snapshot that holds every change before ``T0``: every public document
+without an entry gets a position below ``T0`` in ``(public_modified, _id)``
+order. When its resume token has left the oplog it *recovers*: every
+document whose ``_rev`` differs from its entry's (or that has none) gets a
+fresh position above the old checkpoint, entries of vanished documents
+become tombstones, and it goes on from the present. Both are
+:meth:`CollectionSequencer.restamp`.
 
 The state document also records the listing the entries carry. A sequencer
 that starts with another listing (a feed gained an allowed field)
