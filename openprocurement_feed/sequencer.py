@@ -790,7 +790,9 @@ class CollectionSequencer:
 
 
 class Sequencer:
-    """The sequencers of several collections, one thread each.
+    """The sequencers of several collections of one database: one thread
+    reads the database's change stream for the sequenced ones
+    (:class:`~.dbstream.DatabaseStream`), one thread per observed one.
 
     :param collections: feed collection → the scope fields its feeds filter on.
     :param observed: collections of watermark feeds to follow observe-only
