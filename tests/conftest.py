@@ -10,6 +10,7 @@ Every test gets a database of its own, dropped afterwards.
 from __future__ import annotations
 
 import base64
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +25,14 @@ from openprocurement_feed.testing import TEST_WATERMARK, wait_watermark  # noqa:
 #: The package's own testing kit: mongodb_uri, mongo_client, db_name, settings.
 pytest_plugins = ["openprocurement_feed.testing"]
 __all__ = ["TEST_WATERMARK", "wait_watermark"]
+
+# A shell that starts a job in the background (``make test &``, nohup, some
+# CI runners) starts it with SIGINT ignored, and every process it starts
+# inherits that: the tests that stop a child with Ctrl-C would wait for it in
+# vain. A handler of our own is not inherited across exec, so the children
+# start with the default again and Python gives them KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
