@@ -35,9 +35,9 @@ STATE_LISTING = "listing"
 #: building (SPEC D.13); absent when none runs.
 STATE_TARGET = "listing_target"
 #: The state document's flag: every entry carries ``committed_seq`` (the
-#: position as one 64-bit integer, which pages project instead of the
+#: position as 16 hex digits, which pages project instead of the
 #: ``Timestamp``: decoding a ``Timestamp`` costs the web process a Python
-#: object per row, about 1 ms per 1000 rows, an integer nearly nothing).
+#: object per row, about 1 ms per 1000 rows, a short string nearly nothing).
 STATE_SEQ = "seq"
 #: Fields a page row has without the listing (never listing fields).
 ROW_FIELDS = frozenset({"_id", "committed_ts", "committed_seq"})

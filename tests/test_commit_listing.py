@@ -181,7 +181,7 @@ def test_entries_carry_the_listing_of_their_version(settings: dict[str, str]) ->
             "public_modified",
             "title",
         }
-        assert entry["committed_seq"] == (entry["committed_ts"].time << 32) | entry["committed_ts"].inc
+        assert entry["committed_seq"] == f"{entry['committed_ts'].time:08x}{entry['committed_ts'].inc:08x}"
         assert state_of(store)[STATE_LISTING] == [
             "config.restricted",
             "dateModified",
