@@ -169,7 +169,14 @@ def test_check_command_with_a_longpoll_crawler(loaded_server: Any, capsys: pytes
         assert missed == 0 and result == 0, line
     else:
         assert result == 1 and f"({missed} of them stamped before the newest change" in line, line
-    assert loaded_server.registry.feed_longpoll.report()["tenders"]["wakeups"] > 0, "it was woken, not polling"
+    waits = loaded_server.registry.feed_longpoll.report().get("tenders")
+    if waits is not None:
+        assert waits["wakeups"] > 0, f"a crawler that waited was woken by the writes: {waits}"
+    else:
+        # The writers are unpaced: on a quick machine every request found a
+        # change already there and none had to wait (then no page was empty).
+        pages = int(line.split()[5])
+        assert items >= pages, line
 
 
 def test_check_longpoll_reports_what_the_crawler_missed() -> None:
