@@ -9,6 +9,7 @@ neither happens.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -200,6 +201,51 @@ def test_check_longpoll_reports_what_the_crawler_missed() -> None:
     assert head.missed(ahead) == ["d", "b", "c"]
     assert head.behind(ahead, head.missed(ahead)) == ["b", "c"]
     head.close()
+
+
+def test_check_longpoll_reads_on_for_a_newer_version_within_the_grace() -> None:
+    """A change of the final page whose document changed again is out of
+    sight until the newer version is visible: the crawler reads on for the
+    grace, and only what it still lacks then is missed."""
+    from openprocurement_feed.commands.check import HeadCrawler
+    from openprocurement_feed.race.crawler import Crawler
+    from openprocurement_feed.race.feed import FeedClient, FeedItem, FeedPage
+
+    class LateCrawler(Crawler):
+        """Stops at once; its third read brings b's newer version."""
+
+        drains = 0
+
+        def run(self) -> None:
+            return None
+
+        def drain(self, max_pages: int = 10_000) -> None:
+            self.drains += 1
+            if self.drains == 3:
+                self.log.newest["b"] = 11.5
+
+    final = FeedPage((FeedItem("b", 11.0), FeedItem("c", 10.2)), next_offset="9.0")
+
+    class FinalPage:
+        def page(self, offset: str | None, descending: bool = False) -> FeedPage:
+            return final
+
+    crawler = LateCrawler(FeedClient("http://127.0.0.1:9/api/2.5/tenders"))
+    crawler.log.newest.update({"b": 10.5})
+    crawler.start()
+    head = HeadCrawler(crawler, start=10.0, grace=0.6)
+    began = time.monotonic()
+    line, missed = head.finish(FinalPage())  # type: ignore[arg-type]
+    took = time.monotonic() - began
+    assert missed == 1 and "1 of the newest page's changes since the start missed: c" in line, line
+    assert crawler.drains >= 3 and 0.6 <= took < 5, (crawler.drains, took)
+    crawler.client.close()
+    # no grace: what the first read after the final page lacks is missed
+    crawler = LateCrawler(FeedClient("http://127.0.0.1:9/api/2.5/tenders"))
+    crawler.log.newest.update({"b": 10.5})
+    crawler.start()
+    assert HeadCrawler(crawler, start=10.0, grace=0.0).finish(FinalPage())[1] == 2  # type: ignore[arg-type]
+    crawler.client.close()
 
 
 def test_race_command_json(mongodb_uri: str, mongo_client: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,11 +9,15 @@ With --longpoll S a crawler also follows the feed forward from its head for
 the whole check, long-polling (feed=longpoll&timeout=S; a server that does
 not long-poll is polled every --interval). At the end the newest page is
 read once more: every change on it made after the check began must have
-reached the crawler (that version or a newer one), else it is reported as
-missed (and said whether it was stamped behind the crawler's position: a
-late arrival, which a watermark order has when a commit takes longer than
-W). Only the newest page is compared: changes pushed off it by newer ones
-are not verified. Ending waits for the crawler's last request, up to S.
+reached the crawler (that version or a newer one) within --grace seconds
+of that read, else it is reported as missed (and said whether it was
+stamped behind the crawler's position: a late arrival, which a watermark
+order has when a commit takes longer than W). The grace is there because a
+change on the final page may be replaced by a newer version that is not
+visible yet (above the watermark, or above the commit order's checkpoint):
+the crawler reads on until it holds it. Only the newest page is compared:
+changes pushed off it by newer ones are not verified. Ending waits for the
+crawler's last request, up to S.
 
 Works against any openprocurement-style feed URL, e.g.
 https://public-api.prozorro.gov.ua/api/2.5/tenders (add ?mode=test or
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
 DEFAULT_CHECKS = 20
 #: Seconds between two progress lines on stderr.
 PROGRESS_EVERY = 5.0
+#: Seconds between two reads of the long-poll crawler during the grace.
+GRACE_STEP = 0.2
 
 
 #: The line in ``openprocurement-feed --help``.
@@ -90,6 +96,15 @@ FLAGS = (
         help="also follow the feed from its head with a crawler that long-polls (feed=longpoll&timeout=S) "
         "and report the changes of the final newest page it missed; 0 for none (default: %(default)s)",
     ),
+    Flag(
+        "--grace",
+        type=non_negative_float,
+        default=5.0,
+        metavar="S",
+        help="with --longpoll: how long the crawler may read on after the final newest page until it holds "
+        "each of its changes (a newer version of one becomes visible only after the watermark or the "
+        "checkpoint passes it; give at least W in a watermark order) (default: %(default)s)",
+    ),
 )
 
 
@@ -119,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 own = FeedClient(
                     args.url, limit=args.limit, timeout=args.timeout, mode=args.mode, longpoll=args.longpoll
                 )
-                follower = HeadCrawler.start_at_head(client, own, args.interval)
+                follower = HeadCrawler.start_at_head(client, own, args.interval, args.grace)
             except FeedError as error:
                 raise CommandError(str(error)) from None
         while True:
@@ -170,14 +185,17 @@ class HeadCrawler:
     :param crawler: the race tool's crawler, its offset at the head.
     :param start: the newest ``public_modified`` at the start (None: the
         feed was empty).
+    :param grace: seconds the crawler may read on after the final newest
+        page until it holds each of its changes.
     """
 
-    def __init__(self, crawler: Crawler, start: float | None) -> None:
+    def __init__(self, crawler: Crawler, start: float | None, grace: float = 5.0) -> None:
         self.crawler = crawler
         self.start = start
+        self.grace = grace
 
     @classmethod
-    def start_at_head(cls, client: FeedClient, own: FeedClient, interval: float) -> HeadCrawler:
+    def start_at_head(cls, client: FeedClient, own: FeedClient, interval: float, grace: float = 5.0) -> HeadCrawler:
         """Read the newest page with ``client`` and start a crawler forward
         from it with ``own``, a client that long-polls (every ``interval`` s
         when the server does not long-poll)."""
@@ -191,7 +209,7 @@ class HeadCrawler:
         crawler = Crawler(own, poll_interval=interval, name="check-longpoll")
         crawler.offset = newest.prev_offset if newest.items else None
         crawler.start()
-        return cls(crawler, max((item.public_modified for item in newest.items), default=None))
+        return cls(crawler, max((item.public_modified for item in newest.items), default=None), grace)
 
     def finish(self, client: FeedClient) -> tuple[str, int]:
         """Read the newest page, let the crawler reach it, compare: the
@@ -200,9 +218,18 @@ class HeadCrawler:
         crawler = self.crawler
         crawler.stop()
         crawler.join(crawler.client.longpoll + crawler.client.timeout + 5.0)
-        if not crawler.is_alive():
+        stopped = not crawler.is_alive()
+        if stopped:
             crawler.drain()  # what became visible before the final page was read
         missed = self.missed(final)
+        # A change on the final page whose document changed again since is
+        # out of sight until its newer version is visible (its entry moved
+        # above the checkpoint, its row above the watermark): read on.
+        deadline = time.monotonic() + self.grace
+        while stopped and missed and time.monotonic() < deadline:
+            time.sleep(GRACE_STEP)
+            crawler.drain()
+            missed = self.missed(final)
         log = crawler.log
         text = (
             f"Long-poll crawler: {log.deliveries} items in {log.pages} pages, {log.errors} read errors; "
