@@ -83,11 +83,14 @@ def test_with_watermark_above_the_write_delay_nothing_is_lost(mongodb_uri: str) 
 @pytest.fixture
 def loaded_server(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str) -> Iterator[Any]:
     """The demo API under write load: ``request.param`` is the watermark
-    (in the watermark order) or ``(order, watermark)``."""
+    (in the watermark order), ``(order, watermark)`` or ``(order,
+    watermark, rate)``: each writer's patches per second (0: as fast as
+    the API answers)."""
     from openprocurement_feed.demo.server import DemoServer
     from openprocurement_feed.race.load import LoggingWriter, create_many
 
-    order, watermark = request.param if isinstance(request.param, tuple) else ("watermark", request.param)
+    param = request.param if isinstance(request.param, tuple) else ("watermark", request.param)
+    order, watermark, rate = (*param, 0.0)[:3]
     settings = {
         "mongodb.uri": mongodb_uri,
         "mongodb.db_name": db_name,
@@ -98,7 +101,7 @@ def loaded_server(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str
     }
     with DemoServer(settings, threads=16) as server:
         ids = create_many(server.api_url, 80, large=False)
-        writers = [LoggingWriter(server.api_url, ids, name=f"writer-{number}") for number in range(8)]
+        writers = [LoggingWriter(server.api_url, ids, rate=rate, name=f"writer-{number}") for number in range(8)]
         for writer in writers:
             writer.start()
         try:
@@ -143,11 +146,16 @@ def test_check_command_under_load(loaded_server: Any, status: int, capsys: pytes
 #: past 1.5 s, and once past 3 s (the check then rightly reports the changes
 #: the watermark lost, as stamped behind the crawler).
 LONGPOLL_WATERMARK = 3.0
+#: Each writer's patches per second in the long-poll check: 8 writers over
+#: 80 tenders patch one every 5 s on average. Unpaced, a quick machine
+#: patched every tender more often than every W, so no tender was ever W
+#: old and the watermark feed stayed empty (SPEC C: hot documents starve).
+LONGPOLL_RATE = 2.0
 
 
 @pytest.mark.parametrize(
     "loaded_server",
-    [("commit", LONGPOLL_WATERMARK), ("watermark", LONGPOLL_WATERMARK)],
+    [("commit", LONGPOLL_WATERMARK, LONGPOLL_RATE), ("watermark", LONGPOLL_WATERMARK, LONGPOLL_RATE)],
     indirect=True,
     ids=["commit", f"W={LONGPOLL_WATERMARK:g}"],
 )
