@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="alternating runs of each order (default: %(default)s)",
     )
+    orders.add_argument(
+        "--hot-rounds",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="alternating hot-documents runs of each order (default: %(default)s)",
+    )
     orders.add_argument("--no-hot", action="store_true", help="leave out the hot-documents runs")
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
@@ -208,7 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif part == "orders":
             from . import orders
 
-            orders.run(seconds=args.order_seconds, rounds=args.order_rounds, hot=not args.no_hot, docs=args.docs)
+            orders.run(
+                seconds=args.order_seconds,
+                rounds=args.order_rounds,
+                hot_rounds=0 if args.no_hot else args.hot_rounds,
+                docs=args.docs,
+            )
         elif part == "host":
             from . import host_listing
 

@@ -8,7 +8,8 @@ one crawler following ``next_page``. The same load runs alternately
 (``W = 1 s``) and in commit order (the in-process sequencer,
 ``feed.sequencer = thread``, as ``make run``), each on a database of its own
 on the same server, ``--rounds`` times; then the hot scenario (30 tenders,
-160 patches/s asked) once in each order.
+160 patches/s asked) ``--hot-rounds`` times in each order, alternating as well
+(commit first in the first round).
 
 Per run it prints the patches/s reached, the **database process's CPU per
 patch** (its CPU time over the write window, crawler and sequencer included,
@@ -81,7 +82,7 @@ def _ratio(commit: float | None, watermark: float | None) -> str:
     return f"{commit / watermark:.2f}"
 
 
-def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, RunResult], seconds: float) -> str:
+def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, list[RunResult]], seconds: float) -> str:
     """The runs and the ratios, as tables."""
     rows = []
     for order in ORDERS:
@@ -138,21 +139,52 @@ def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, RunResult], s
         "delay = from a patch's acknowledgement to the crawler holding that version; "
         "lost = tenders whose final version the crawler never saw (0 expected)."
     )
-    if hot:
+    if any(hot.values()):
         hot_rows = [
             [
-                order,
+                f"{order} #{number}",
                 f"{result.patches_per_second:.1f}",
                 _cell(result.database_cpu_ms_per_patch, 2),
                 _cell(result.longest_invisible_s, 2),
                 result.lost,
             ]
-            for order, result in hot.items()
+            for order in ORDERS
+            for number, result in enumerate(hot.get(order, ()), 1)
         ]
+
+        def hot_median(order: str, pick: str) -> float | None:
+            results = hot.get(order, ())
+            if pick == "rate":
+                return _median([result.patches_per_second for result in results])
+            if pick == "cpu":
+                return _median([result.database_cpu_ms_per_patch for result in results])
+            return max(
+                (result.longest_invisible_s for result in results if result.longest_invisible_s is not None),
+                default=None,
+            )
+
+        hot_summary = table(
+            ["hot figure", "watermark", "commit", "commit / watermark"],
+            [
+                [
+                    label,
+                    _cell(hot_median("watermark", pick), 2),
+                    _cell(hot_median("commit", pick), 2),
+                    _ratio(hot_median("commit", pick), hot_median("watermark", pick)),
+                ]
+                for label, pick in (
+                    ("patches/s reached (median)", "rate"),
+                    ("database CPU per patch (ms, median)", "cpu"),
+                    ("longest invisible (s, worst run)", "invisible"),
+                )
+            ],
+        )
         text += (
             f"\n\nHot documents: {HOT['small']} tenders, {HOT['rate']:g} patches/s asked by "
-            f"{HOT['writers']} writers, writes held {HOT['write_delay']} ms:\n"
-            + table(["order", "patches/s", "db CPU ms/patch", "longest invisible (s)", "lost"], hot_rows)
+            f"{HOT['writers']} writers, writes held {HOT['write_delay']} ms, orders alternating:\n"
+            + table(["run", "patches/s", "db CPU ms/patch", "longest invisible (s)", "lost"], hot_rows)
+            + "\n\n"
+            + hot_summary
             + "\nlongest invisible = the longest time an acknowledged change stayed out of the "
             "crawler's sight (until it held that version or a newer one)."
         )
@@ -227,8 +259,9 @@ def page_report(rows: Sequence[tuple[int, int, float, float]], docs: int) -> str
     )
 
 
-def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True, docs: int = 3000) -> None:
-    """Measure and print the side-by-side figures."""
+def run(seconds: float = 20.0, rounds: int = 2, hot_rounds: int = 2, docs: int = 3000) -> None:
+    """Measure and print the side-by-side figures (``hot_rounds=0``: no
+    hot-documents runs)."""
     with EmbeddedServer() as database:
         runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
         for number in range(rounds):
@@ -237,7 +270,13 @@ def run(seconds: float = 20.0, rounds: int = 2, hot: bool = True, docs: int = 30
             for order in ORDERS if number % 2 == 0 else ORDERS[::-1]:
                 status(f"orders: round {number + 1}/{rounds}, {order} order")
                 runs[order].append(one_run(database, order, seconds))
-        hot_runs = {order: one_run(database, order, seconds, hot=True) for order in ORDERS} if hot else {}
+        hot_runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
+        for number in range(hot_rounds):
+            # alternating too: a single pair would always give the second
+            # order the more worn server
+            for order in ORDERS[::-1] if number % 2 == 0 else ORDERS:
+                status(f"orders: hot round {number + 1}/{hot_rounds}, {order} order")
+                hot_runs[order].append(one_run(database, order, seconds, hot=True))
         pages = page_cpu(database, docs)
     print(orders_report(runs, hot_runs, seconds), flush=True)
     print("\n" + page_report(pages, docs), flush=True)
