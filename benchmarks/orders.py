@@ -82,6 +82,29 @@ def _ratio(commit: float | None, watermark: float | None) -> str:
     return f"{commit / watermark:.2f}"
 
 
+def _figure(results: Sequence[RunResult], pick: str) -> float | None:
+    """One figure over the runs of an order: the median patches/s
+    (``rate``), database CPU per patch (``cpu``) or feed delay percentile
+    (``median``, ``p99``), or the worst ``invisible`` time."""
+    if pick == "invisible":
+        return max((r.longest_invisible_s for r in results if r.longest_invisible_s is not None), default=None)
+    if pick == "rate":
+        return _median([result.patches_per_second for result in results])
+    if pick == "cpu":
+        return _median([result.database_cpu_ms_per_patch for result in results])
+    return _median([result.feed_delay_ms.get(pick) for result in results])
+
+
+def _summary(title: str, runs: dict[str, list[RunResult]], figures: Sequence[tuple[str, str]]) -> str:
+    """A table of ``figures`` (label, :func:`_figure`'s pick) per order and
+    their ratio commit / watermark."""
+    rows = []
+    for label, pick in figures:
+        watermark, commit = (_figure(runs.get(order, []), pick) for order in ORDERS)
+        rows.append([label, _cell(watermark, 2), _cell(commit, 2), _ratio(commit, watermark)])
+    return table([title, "watermark", "commit", "commit / watermark"], rows)
+
+
 def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, list[RunResult]], seconds: float) -> str:
     """The runs and the ratios, as tables."""
     rows = []
@@ -101,33 +124,15 @@ def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, list[RunResul
             )
     body = table(["run", "patches/s", "db CPU ms/patch", "delay p50 ms", "delay p99 ms", "lost", "conflicts"], rows)
 
-    def median_of(order: str, pick: str) -> float | None:
-        values: list[float | None] = []
-        for result in runs[order]:
-            if pick == "rate":
-                values.append(result.patches_per_second)
-            elif pick == "cpu":
-                values.append(result.database_cpu_ms_per_patch)
-            else:
-                values.append(result.feed_delay_ms.get(pick))
-        return _median(values)
-
-    summary = table(
-        ["figure (median of rounds)", "watermark", "commit", "commit / watermark"],
-        [
-            [
-                label,
-                _cell(median_of("watermark", pick), 2),
-                _cell(median_of("commit", pick), 2),
-                _ratio(median_of("commit", pick), median_of("watermark", pick)),
-            ]
-            for label, pick in (
-                ("patches/s reached", "rate"),
-                ("database CPU per patch (ms)", "cpu"),
-                ("feed delay p50 (ms)", "median"),
-                ("feed delay p99 (ms)", "p99"),
-            )
-        ],
+    summary = _summary(
+        "figure (median of rounds)",
+        runs,
+        (
+            ("patches/s reached", "rate"),
+            ("database CPU per patch (ms)", "cpu"),
+            ("feed delay p50 (ms)", "median"),
+            ("feed delay p99 (ms)", "p99"),
+        ),
     )
     text = (
         f"The seed's load on one embedded server, {seconds:g} s per run, orders alternating "
@@ -152,32 +157,14 @@ def orders_report(runs: dict[str, list[RunResult]], hot: dict[str, list[RunResul
             for number, result in enumerate(hot.get(order, ()), 1)
         ]
 
-        def hot_median(order: str, pick: str) -> float | None:
-            results = hot.get(order, ())
-            if pick == "rate":
-                return _median([result.patches_per_second for result in results])
-            if pick == "cpu":
-                return _median([result.database_cpu_ms_per_patch for result in results])
-            return max(
-                (result.longest_invisible_s for result in results if result.longest_invisible_s is not None),
-                default=None,
-            )
-
-        hot_summary = table(
-            ["hot figure", "watermark", "commit", "commit / watermark"],
-            [
-                [
-                    label,
-                    _cell(hot_median("watermark", pick), 2),
-                    _cell(hot_median("commit", pick), 2),
-                    _ratio(hot_median("commit", pick), hot_median("watermark", pick)),
-                ]
-                for label, pick in (
-                    ("patches/s reached (median)", "rate"),
-                    ("database CPU per patch (ms, median)", "cpu"),
-                    ("longest invisible (s, worst run)", "invisible"),
-                )
-            ],
+        hot_summary = _summary(
+            "hot figure",
+            hot,
+            (
+                ("patches/s reached (median)", "rate"),
+                ("database CPU per patch (ms, median)", "cpu"),
+                ("longest invisible (s, worst run)", "invisible"),
+            ),
         )
         text += (
             f"\n\nHot documents: {HOT['small']} tenders, {HOT['rate']:g} patches/s asked by "
