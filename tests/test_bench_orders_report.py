@@ -6,31 +6,18 @@ from __future__ import annotations
 
 from benchmarks.orders import orders_report
 from openprocurement_feed.race.experiment import RunResult
+from tests.test_detector import run_result
 
 
 def run(order: str, rate: float, cpu_s: float, p50: float = 70.0, invisible: float | None = None) -> RunResult:
-    return RunResult(
-        watermark=1.0 if order == "watermark" else 0.0,
-        duration=15.0,
-        tenders=140,
-        writers=6,
-        write_delay_ms="5-40",
-        patches=1000,
-        write_errors=0,
-        patches_per_second=rate,
-        checks=0,
-        failures=0,
-        failure_percent=0.0,
-        lags_ms=[],
-        check_errors=0,
-        crawler_items=0,
-        lost=0,
-        lost_ids=[],
-        duplicates=0,
-        crawler_errors=0,
-        feed_delay_ms={"median": p50, "p99": 2 * p50},
+    """A run of ``order`` with these figures (1000 patches, no conflicts)."""
+    return run_result(
+        1.0 if order == "watermark" else 0.0,
         order=order,
+        patches=1000,
+        patches_per_second=rate,
         database_cpu_s=cpu_s,
+        feed_delay_ms={"median": p50, "p99": 2 * p50},
         longest_invisible_s=invisible,
     )
 
