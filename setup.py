@@ -22,6 +22,9 @@ FAST = ["orjson>=3.9"]
 # Serving many long-poll waiters: gunicorn with gevent workers
 # (examples/gunicorn_gevent.conf.py; tests/test_gunicorn_gevent.py).
 DEPLOY = ["gunicorn>=23", "gevent>=24.10.1"]
+# The pictures (race --plot, python -m benchmarks orders --plot, ops/e2e.py
+# --plot, make plots); the docs' figures are drawn with it.
+PLOT = ["matplotlib>=3.7"]
 TEST = [
     "build>=1.0",
     "pytest>=7.4",
@@ -42,6 +45,7 @@ TEST = [
     *METRICS,
     *FAST,
     *DEPLOY,
+    *PLOT,
 ]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
 # checks the types, bandit looks for security mistakes; the stubs cover the typed-by-stub libraries the package
@@ -91,6 +95,7 @@ setup(
         "metrics": METRICS,
         "fast": FAST,
         "deploy": DEPLOY,
+        "plot": PLOT,
         "test": TEST,
         "lint": LINT,
         "matrix": MATRIX,

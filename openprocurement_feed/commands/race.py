@@ -10,6 +10,10 @@ appear inside an already-served window, and two crawlers follow the feed
 (one polling, one long-polling: feed=longpoll) and must each end up with
 every tender's final version. One table compares the runs.
 
+--plot FILE draws the race as the runs recorded it (SVG or PNG by the
+extension; the ``plot`` extra): the first anomaly the detector caught, and
+a window of the same length under each other run.
+
 --hot runs the hot-documents scenario instead: 30 tenders patched at 160/s
 aimed at (writes commit at once), and per run the longest time an
 acknowledged change stayed invisible to the crawler.
@@ -128,6 +132,12 @@ FLAGS = (
     Flag("--seed", type=int, default=None, help="seed of the random load"),
     MONGODB_URI.but(help="use this MongoDB (a database per run, dropped after) instead of the embedded one"),
     Flag("--json", action="store_true", help="print a JSON list (one object per run) instead of the table"),
+    Flag(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw the race timeline of the runs into FILE (.svg or .png; needs the 'plot' extra)",
+    ),
 )
 
 
@@ -154,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         args.parser.error(f"--longpoll: at most {MAX_LONGPOLL:g} s (the demo's feed.longpoll_max_seconds)")
     if small + large < 1:
         args.parser.error("--small and --large: at least one tender is needed")
+    if args.plot is not None:
+        _check_plot(args)
     if not getattr(args, "verbose", False):
         # A burst of requests briefly queues in waitress: expected under load.
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
@@ -186,4 +198,34 @@ def run(args: argparse.Namespace) -> int:
         print(race_json(results))
     else:
         print(race_table(results))
+    if args.plot is not None:
+        _plot(results, args.plot)
     return 0
+
+
+def _check_plot(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--plot`` before the runs: a wrong extension, or no
+    matplotlib (the ``plot`` extra)."""
+    from ..plots import PlotExtraMissing, image_format, pyplot
+
+    try:
+        image_format(args.plot)
+    except ValueError as error:
+        args.parser.error(f"--plot: {error}")
+    try:
+        pyplot()
+    except PlotExtraMissing as error:
+        raise CommandError(str(error)) from None
+
+
+def _plot(results: list[Any], path: str) -> None:
+    from ..plots.race import plot_race
+
+    traces = [result.trace for result in results if result.trace is not None]
+    try:
+        lines = plot_race(traces, path)
+    except OSError as error:
+        raise CommandError(f"cannot write the picture {path!r}: {error.strerror or error}") from None
+    print(f"Race timeline written to {path}:", file=sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)

@@ -29,10 +29,18 @@ class CrawlerLog:
 
     ``seen[id][dateModified]`` is the wall-clock time the version was first
     delivered; ``deliveries`` counts every item, ``duplicates`` the items
-    that delivered a version already seen.
+    that delivered a version already seen. ``stamps`` and ``reads`` keep
+    what a picture of the run needs (:mod:`.trace`).
     """
 
     seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: ``stamps[id][dateModified]``: the version's ``public_modified``
+    stamps: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: every page read: ``(wall-clock time, items, the newest public_modified
+    #: delivered so far)`` (in the watermark order, where its offset stands)
+    reads: list[tuple[float, int, float | None]] = field(default_factory=list)
+    #: the newest ``public_modified`` delivered so far, any document
+    reached: float | None = None
     #: the newest ``public_modified`` delivered per id
     newest: dict[str, float] = field(default_factory=dict)
     deliveries: int = 0
@@ -84,6 +92,10 @@ class Crawler(threading.Thread):
                 log.duplicates += 1
             else:
                 versions[item.date_modified] = now
+                log.stamps.setdefault(item.id, {})[item.date_modified] = item.public_modified
+            if log.reached is None or item.public_modified > log.reached:
+                log.reached = item.public_modified
+        log.reads.append((now, len(page.items), log.reached))
         if page.next_offset:
             self.offset = page.next_offset
         return len(page.items)

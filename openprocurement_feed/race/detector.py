@@ -106,6 +106,8 @@ class CheckResult:
     snapshot: tuple[FeedItem, ...]
     late: tuple[FeedItem, ...] = ()
     refetched: int = 0
+    #: when the snapshot was read (wall clock; ``at`` is when the check ended)
+    taken: float | None = None
 
     @property
     def anomaly(self) -> bool:
@@ -159,6 +161,7 @@ class Detector:
 
     def check(self, sleep: Callable[[float], object] = time.sleep) -> CheckResult:
         """One snapshot, a wait and a re-fetch. Raises :class:`.FeedError`."""
+        taken = time.time()
         snapshot = self.client.page(descending=True)
         if not snapshot.items:
             sleep(self.wait)
@@ -180,7 +183,7 @@ class Detector:
         else:
             refetched = self.refetch(snapshot.next_offset, newest)
             late = late_arrivals(snapshot.items, refetched)
-        return CheckResult(time.time(), snapshot.items, late, len(refetched))
+        return CheckResult(time.time(), snapshot.items, late, len(refetched), taken)
 
 
 @dataclass

@@ -44,6 +44,7 @@ from .crawler import Crawler
 from .detector import Detector, DetectorStats, DetectorThread
 from .feed import FeedClient
 from .load import LoggingWriter, create_many
+from .trace import RaceTrace, build_trace
 from .worker import SequencerWorker
 
 Progress = Callable[[str], None]
@@ -155,6 +156,8 @@ class RunResult:
     longpoll_duplicates: int = 0
     longpoll_errors: int = 0
     longpoll_delay_ms: dict[str, float | None] = field(default_factory=dict)
+    #: the run's events for its picture (``race --plot``); not in ``to_dict``
+    trace: RaceTrace | None = field(default=None, repr=False, compare=False)
 
     @property
     def database_cpu_ms_per_patch(self) -> float | None:
@@ -177,6 +180,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("trace", None)
         data["lag_summary_ms"] = self.lag_summary
         data["database_cpu_ms_per_patch"] = self.database_cpu_ms_per_patch
         return data
@@ -407,6 +411,13 @@ def run_once(
             sequencer=_sequencer_figures(server.registry, worker),
             database_cpu_s=(
                 round(cpu_after - cpu_before, 3) if cpu_before is not None and cpu_after is not None else None
+            ),
+            trace=build_trace(
+                order,
+                watermark,
+                (ack for writer in writers for ack in writer.acks),
+                crawler.log,
+                stats.anomalies,
             ),
         )
         if waiter is not None and waiter_lost is not None:
