@@ -77,6 +77,7 @@ from .openapi import add_openapi_paths, include_openapi
 from .orders import COMMIT, FeedNotReady
 from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer, load_timezone
+from .roles import role_store
 from .settings import FeedSettings, parse_settings
 from .startup import defer
 from .stores import HostStore, apply_numbers, set_feed_store
@@ -188,7 +189,7 @@ def _start_sequencer(registry: Any) -> None:
     observed = watermark_collections(registry)
     if (not collections and not observed) or getattr(registry, "feed_sequencer", None) is not None:
         return
-    store = registry.feed_store
+    store = role_store(registry, settings.sequencer_app_name)
     registry.feed_sequencer = Sequencer(
         store.db,
         collections,
@@ -208,8 +209,8 @@ def _create_longpoll(registry: Any) -> None:
 
 def shutdown(registry: Any) -> None:
     """Stop what the include started: the long-poll waiters (answered at
-    once), the in-process sequencer, the store's connections and the
-    embedded database (each if present)."""
+    once), the in-process sequencer, the connections of the store and of
+    each role's client and the embedded database (each if present)."""
     notifier = getattr(registry, "feed_longpoll", None)
     if notifier is not None:
         notifier.stop()
@@ -218,6 +219,10 @@ def shutdown(registry: Any) -> None:
         sequencer.stop()
         registry.feed_sequencer = None
     store = getattr(registry, "feed_store", None)
+    for other in (getattr(registry, "feed_role_stores", None) or {}).values():
+        if other is not store:
+            other.close()
+    registry.feed_role_stores = {}
     if store is not None:
         store.close()
     embedded = getattr(registry, "feed_embedded", None)

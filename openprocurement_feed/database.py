@@ -38,6 +38,7 @@ from .orders import (
     exclusive_upper,
     now_seconds,
 )
+from .roles import open_client
 from .settings import FeedSettings
 
 log = logging.getLogger(__name__)
@@ -75,13 +76,6 @@ def next_rev(rev: str | None) -> str:
         head = rev.split("-", 1)[0]
         number = int(head) if head.isdigit() else 0
     return f"{number + 1}-{uuid.uuid4().hex}"
-
-
-def uri_option_names(uri: str) -> set[str]:
-    """The lower-cased names of the options written in ``uri``'s query
-    string: the settings' defaults must not override them."""
-    query = uri.split("?", 1)[1] if "?" in uri else ""
-    return {part.split("=", 1)[0].strip().lower() for part in query.replace(";", "&").split("&") if part.strip()}
 
 
 def mode_filter(mode: str) -> dict[str, Any]:
@@ -610,6 +604,9 @@ class FeedStore(FeedStoreMixin):
         max_time_ms: int = 0,
     ) -> None:
         self.client = client
+        #: the settings and URI of a store built by :meth:`from_settings`
+        self.settings: FeedSettings | None = None
+        self.uri: str | None = None
         self.max_time_ms = max_time_ms
         self.db = client[db_name]
         self.watermark_seconds = watermark_seconds
@@ -623,17 +620,25 @@ class FeedStore(FeedStoreMixin):
         self._feed_collections: dict[str, Collection[Any]] = {}
 
     @classmethod
-    def from_settings(cls, settings: FeedSettings, uri: str | None = None) -> FeedStore:
-        """Build a store from parsed settings (``uri`` overrides the settings' one)."""
+    def from_settings(
+        cls,
+        settings: FeedSettings,
+        uri: str | None = None,
+        app_name: str | None = None,
+        connect: bool = True,
+    ) -> FeedStore:
+        """Build a store from parsed settings (``uri`` overrides the settings' one).
+
+        Its client is named ``mongodb.app_name`` (or the URI's ``appname``);
+        ``app_name`` names a role's client instead (:mod:`.roles`), and
+        ``connect=False`` defers its connections to its first command.
+        """
         uri = uri or settings.uri
-        defaults: dict[str, Any] = {
-            "serverSelectionTimeoutMS": settings.server_selection_timeout_ms,
-            "connectTimeoutMS": settings.server_selection_timeout_ms,
-        }
-        given = uri_option_names(uri)
-        options = {name: value for name, value in defaults.items() if name.lower() not in given}
-        client: MongoClient[Any] = MongoClient(uri, tz_aware=True, **options)
-        return cls(
+        name = app_name or settings.app_name
+        client = open_client(
+            uri, name, settings.server_selection_timeout_ms, role=app_name is not None, connect=connect
+        )
+        store = cls(
             client,
             settings.db_name,
             watermark_seconds=settings.watermark_seconds,
@@ -644,6 +649,17 @@ class FeedStore(FeedStoreMixin):
             collections=settings.collections,
             max_time_ms=settings.max_time_ms,
         )
+        store.settings, store.uri = settings, uri
+        return store
+
+    def role_store(self, app_name: str) -> FeedStore:
+        """A store like this one on a client of its own named ``app_name``
+        (the sequencer's, the long-poll notifier's: :mod:`.roles`), which
+        connects at its first command; the caller closes it. A store not
+        built by :meth:`from_settings` has no URI to open one: itself."""
+        if self.settings is None or self.uri is None:
+            return self
+        return type(self).from_settings(self.settings, self.uri, app_name=app_name, connect=False)
 
     def collection(self, name: str) -> Collection[Any]:
         """The collection behind feed ``name`` for writes: primary reads."""

@@ -49,6 +49,7 @@ from pymongo.read_concern import ReadConcern
 
 from .offset import Offset
 from .orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
+from .roles import role_store
 from .settings import DEFAULT_MAX_WAITERS
 
 log = logging.getLogger(__name__)
@@ -575,7 +576,9 @@ def include_longpoll(registry: Any) -> LongPollNotifier:
 
     Without ``feed.longpoll_max_waiters``, the cap is half of
     ``registry.feed_server_threads`` when the server set it (the demo
-    server does), else :data:`~.settings.DEFAULT_MAX_WAITERS`.
+    server does), else :data:`~.settings.DEFAULT_MAX_WAITERS`. Its reads go
+    through a client of its own named ``feed.longpoll_app_name``, which
+    connects with the first waiter (:func:`~.roles.role_store`).
     """
     settings = registry.feed_settings
 
@@ -585,7 +588,7 @@ def include_longpoll(registry: Any) -> LongPollNotifier:
         return default_max_waiters(getattr(registry, "feed_server_threads", None))
 
     notifier = LongPollNotifier(
-        registry.feed_store,
+        role_store(registry, settings.longpoll_app_name),
         settings.watermark_seconds,
         max_waiters=cap,
         metrics=getattr(registry, "feed_metrics", None),

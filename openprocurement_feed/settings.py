@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 from pyramid.exceptions import ConfigurationError
 
+from .roles import APP_NAME_RE, LONGPOLL, SEQUENCER, WEB
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,9 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             "MONGODB_SERVER_SELECTION_TIMEOUT_MS",
             "5000",
         ),
+        "app_name": Setting("mongodb.app_name", "MONGODB_APP_NAME", WEB),
+        "sequencer_app_name": Setting("feed.sequencer_app_name", "FEED_SEQUENCER_APP_NAME", SEQUENCER),
+        "longpoll_app_name": Setting("feed.longpoll_app_name", "FEED_LONGPOLL_APP_NAME", LONGPOLL),
         "watermark_seconds": Setting("feed.watermark_seconds", "FEED_WATERMARK_SECONDS", "1"),
         "route_prefix": Setting("feed.route_prefix", "FEED_ROUTE_PREFIX", "/api/2.5", empty_ok=True),
         "default_limit": Setting("feed.default_limit", "FEED_DEFAULT_LIMIT", "100"),
@@ -131,6 +136,11 @@ class FeedSettings:
     write_concern: str | int = "majority"
     read_concern: str = "local"
     server_selection_timeout_ms: int = 5000
+    #: the ``appName`` of each role's client (:mod:`.roles`); an ``appname``
+    #: in ``uri`` wins over ``app_name`` (the web client's)
+    app_name: str = WEB
+    sequencer_app_name: str = SEQUENCER
+    longpoll_app_name: str = LONGPOLL
     watermark_seconds: float = 1.0
     route_prefix: str = "/api/2.5"
     default_limit: int = 100
@@ -224,6 +234,13 @@ def parse_uri(where: str, value: str | None) -> str:
         return value
     if not (value.startswith("mongodb://") or value.startswith("mongodb+srv://")):
         raise _fail(where, value, "expected a mongodb:// or mongodb+srv:// URI, or embedded://")
+    return value
+
+
+def parse_app_name(where: str, value: str) -> str:
+    """A client's ``appName``: 1 to 128 letters, digits or ``._:-``."""
+    if not APP_NAME_RE.match(value):
+        raise _fail(where, value, "expected 1 to 128 letters, digits or . _ : - (the client's appName)")
     return value
 
 
@@ -468,6 +485,9 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         write_concern=parse_write_concern(*raw("write_concern")),
         read_concern=parse_choice(*raw("read_concern"), READ_CONCERNS),
         server_selection_timeout_ms=parse_positive_int(*raw("server_selection_timeout_ms"), upper=600_000),
+        app_name=parse_app_name(*raw("app_name")),
+        sequencer_app_name=parse_app_name(*raw("sequencer_app_name")),
+        longpoll_app_name=parse_app_name(*raw("longpoll_app_name")),
         watermark_seconds=watermark_seconds,
         route_prefix=route_prefix,
         default_limit=default_limit,

@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from pyramid.exceptions import ConfigurationError
 
     from .. import commit_collections, commit_listings, shutdown, watermark_collections
+    from ..roles import role_store
     from ..sequencer import Sequencer
 
     try:
@@ -165,8 +166,9 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    database = role_store(registry, registry.feed_settings.sequencer_app_name).db
     sequencer = Sequencer(
-        registry.feed_store.db,
+        database,
         collections,
         observed=observed,
         listings=commit_listings(registry),
@@ -175,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         metrics=getattr(registry, "feed_metrics", None),
     )
     names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed if name not in collections])
-    print(f"Sequencing {names} of database {registry.feed_store.db.name}", file=sys.stderr, flush=True)
+    print(f"Sequencing {names} of database {database.name}", file=sys.stderr, flush=True)
     started = time.monotonic()
     previous: dict[str, int] = {}
     try:
