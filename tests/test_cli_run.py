@@ -37,8 +37,10 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
-def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
+def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int, tmp_path: Path) -> None:
     port = free_port()
+    err_path = tmp_path / "stderr.txt"
+    err_file = err_path.open("w")
     process = subprocess.Popen(
         [
             str(SCRIPT),
@@ -59,7 +61,7 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
             "1",
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=err_file,
         text=True,
     )
     url = f"http://127.0.0.1:{port}/api/2.5/tenders"
@@ -89,18 +91,32 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=5)
         assert refused.value.code == 401, "the demo brokers' auth file is on: anonymous writes are refused"
-        time.sleep(1.5)  # a status line
+        deadline = time.monotonic() + 30
+        while "] tenders: " not in err_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling for the first status lines, with a deadline
+        assert "] tenders: " in err_path.read_text(), "a status within 30 s"
         database = children(process.pid)
         assert database, "the embedded database runs as a child process"
     finally:
         process.send_signal(stop_signal)
-        out, err = process.communicate(timeout=30)
+        out, _ = process.communicate(timeout=30)
+        err_file.close()
+    err = err_path.read_text()
     assert process.returncode == 0, err
     assert url in out
     assert url + "-watermark" in out, "the same tenders in the other order are served too"
     for resource in ("plans", "contracts"):
         assert url.replace("tenders", resource) + "?descending=1" in out
     assert "asked 4/s, achieved" in err, err
+    # stderr is a pipe: each interval, one plain line per feed
+    status = re.findall(r"^\[ *(\d+) s\] ([\w-]+): (\w[\w-]*); lag p50 ", err, re.MULTILINE)
+    feeds = {name for _, name, _ in status}
+    assert {"tenders", "tenders_watermark", "plans", "contracts"} <= feeds, err
+    assert len(status) % len(feeds) == 0, err
+    for start in range(0, len(status), len(feeds)):
+        block = status[start : start + len(feeds)]
+        assert {name for _, name, _ in block} == feeds, err
+        assert len({elapsed for elapsed, _, _ in block}) == 1, err
     assert "Authorization: Bearer demo-broker-key" in out, "a broker's key is printed"
     written = [int(count) for count in re.findall(r"(\d+) patches written", err)]
     assert written and written[-1] > 0, f"the writers patched with the key and the tokens: {err}"
@@ -181,20 +197,15 @@ def test_writers_for_rate_covers_the_write_delay() -> None:
     assert writers_for_rate(100_000, (5, 40)) == 64
 
 
-def test_status_line_says_asked_and_achieved() -> None:
+def test_the_runs_rate_says_asked_and_achieved() -> None:
     from types import SimpleNamespace
 
-    from openprocurement_feed.commands.run import RateMeter, status_line
+    from openprocurement_feed.commands.run import RateMeter
 
-    writers = [SimpleNamespace(stats=SimpleNamespace(patches=0)) for _ in range(3)]
+    writers = [SimpleNamespace(stats=SimpleNamespace(patches=200)) for _ in range(3)]
     meter = RateMeter(60.0)
-    meter.last_time -= 10  # ten seconds ago
-    for writer in writers:
-        writer.stats.patches = 200  # 600 patches in 10 s: 60/s
-    line = status_line(10.0, writers, None, None, meter)
-    assert "600 patches written by 3 writers; asked 60/s, achieved 60.0/s" in line
+    line = meter.overall(writers, 10.0)  # 600 patches in 10 s: 60/s
+    assert "600 patches written by 3 writers in 10 s; asked 60/s, achieved 60.0/s" in line
     assert "below" not in line
-    meter.last_time -= 10
-    writers[0].stats.patches += 100  # 100 in 10 s: 10/s
-    line = status_line(20.0, writers, None, None, meter)
-    assert "asked 60/s, achieved 10." in line and "below the rate asked" in line
+    line = meter.overall(writers, 60.0)  # 10/s
+    assert "asked 60/s, achieved 10.0/s" in line and "below the rate asked" in line

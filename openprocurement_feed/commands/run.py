@@ -2,8 +2,12 @@
 
 Starts the embedded database, serves the demo API, seeds real-shaped tenders,
 plans and contracts and keeps background writers patching all three at the
-asked rate, so the feeds move. The status line says the rate asked and the
-rate achieved. Ctrl-C stops the writers, the HTTP server and the database.
+asked rate, so the feeds move. Every --status-every seconds the status
+(:mod:`.run_status`) shows one row per feed (verdict, lag p50/p99,
+checkpoint age, patches/s): a table redrawn in place on a terminal, one
+plain line per feed when stderr is not a terminal. Ctrl-C stops the
+writers, the HTTP server and the database, and says the rate asked and the
+rate achieved.
 
 Writes need a broker's key from ``--auth-file`` (by default the demo brokers
 shipped with the package; one key is printed at start-up): the writers send
@@ -22,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyramid.exceptions import ConfigurationError
@@ -113,59 +117,24 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class RateMeter:
-    """The patch rate the writers achieved since the last status line,
-    against the rate asked."""
+    """The patch rate the writers achieved over the run, against the rate asked."""
 
     asked: float
-    last_patches: int = 0
-    last_time: float = field(default_factory=time.monotonic)
 
-    def line(self, writers: Sequence[Any]) -> str:
-        """``N patches written; asked R/s, achieved A/s`` (and a warning
-        when the writers fall short of the rate)."""
+    def overall(self, writers: Sequence[Any], elapsed: float) -> str:
+        """``N patches written by K writers in S s; asked R/s, achieved
+        A/s`` (and a warning when the writers fell short of the rate)."""
         patches = sum(writer.stats.patches for writer in writers)
-        now = time.monotonic()
-        elapsed = max(now - self.last_time, 1e-9)
-        achieved = (patches - self.last_patches) / elapsed
-        self.last_patches, self.last_time = patches, now
-        text = f"{patches} patches written by {len(writers)} writers; asked {self.asked:g}/s, achieved {achieved:.1f}/s"
+        achieved = patches / max(elapsed, 1e-9)
+        text = (
+            f"{patches} patches written by {len(writers)} writers in {elapsed:.0f} s; "
+            f"asked {self.asked:g}/s, achieved {achieved:.1f}/s"
+        )
         if achieved < SHORTFALL * self.asked:
             text += " (below the rate asked: the API cannot keep up)"
         return text
-
-
-def status_line(
-    elapsed: float,
-    writer: Any,
-    sequencer: Any,
-    registry: Any = None,
-    meter: RateMeter | None = None,
-) -> str:
-    """The periodic status: patches written (asked and achieved rates), the
-    sequencer's progress and each feed's verdict with its measured lag (the
-    health view's figures). ``writer`` is one writer or a list of them."""
-    parts = [f"[{elapsed:6.0f} s]"]
-    if registry is not None:
-        from ..health import health_report, verdict_line
-
-        parts.append("health: " + verdict_line(health_report(registry)))
-    writers = writer if isinstance(writer, (list, tuple)) else [writer] if writer is not None else []
-    if meter is not None:
-        parts.append(meter.line(writers))
-    elif writers:
-        parts.append(f"{sum(one.stats.patches for one in writers)} patches written")
-    if sequencer is not None:
-        for follower in sequencer.followers:
-            stats = follower.stats
-            delay = stats.delay_summary()["median"]
-            parts.append(
-                f"sequencer: {stats.events} events, checkpoint "
-                + (f"{time.time() - stats.checkpoint.time:.0f} s old" if stats.checkpoint else "none yet")
-                + (f", commit-to-checkpoint median {delay:.0f} ms" if delay is not None else "")
-            )
-    return parts[0] + " " + "; ".join(parts[1:])
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -243,14 +212,17 @@ def start_writers(
     api: str, targets: list[tuple[str, str]], args: argparse.Namespace, count: int, access: Any = None
 ) -> list[Any]:
     """``count`` writer threads sharing one schedule at ``--rate`` (and the
-    key and tokens of ``access``)."""
-    from ..demo.load import Pacer, PatchWriter
+    key and tokens of ``access``), each counting its patches per resource."""
+    from ..demo.load import Pacer
+    from .run_status import CountingWriter
 
     pacer = Pacer(args.rate) if count else None
+    resource_of = {object_id: resource for resource, object_id in targets}
     writers = [
-        PatchWriter(
+        CountingWriter(
             api,
             targets,
+            resource_of=resource_of,
             pacer=pacer,
             seed=args.seed * 1000 + number,
             name=f"background-writer-{number}",
@@ -294,6 +266,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise CommandError(f"cannot listen on {args.host}:{args.port}: {error}") from None
     writers: list[Any] = []
+    meter: RateMeter | None = None
+    started = time.monotonic()
     try:
         server.start()
         api = server.api_url
@@ -332,12 +306,7 @@ def run(args: argparse.Namespace) -> int:
             writers = start_writers(api, targets, args, count, access)
         meter = RateMeter(args.rate) if writers else None
         started = time.monotonic()
-        while not stop.wait(args.status_every):
-            print(
-                status_line(time.monotonic() - started, writers, sequencer, server.registry, meter),
-                file=sys.stderr,
-                flush=True,
-            )
+        show_status(server.registry, writers, stop, args.status_every, started)
         print("\nStopping...", file=sys.stderr)
     except KeyboardInterrupt:
         print("\nStopping...", file=sys.stderr)
@@ -346,6 +315,29 @@ def run(args: argparse.Namespace) -> int:
             writer.stop()
         for writer in writers:
             writer.join(timeout=5)
+        writing = time.monotonic() - started
         server.close()
+    if meter is not None:
+        print(meter.overall(writers, writing), file=sys.stderr)
     print("Stopped: HTTP server and database are down.", file=sys.stderr)
     return 0
+
+
+def show_status(registry: Any, writers: Sequence[Any], stop: threading.Event, every: float, started: float) -> None:
+    """Every ``every`` seconds until ``stop``: one row per feed on stderr
+    (:mod:`.run_status`)."""
+    from ..health import health_report
+    from .run_status import StatusBoard, StatusOutput
+
+    settings = registry.feed_settings
+    collection_of = {resource: settings.collection_name(resource) for resource in ("tenders", "plans", "contracts")}
+    collections = {feed.name: feed.collection for feed in registry.feed_definitions.values()}
+    board = StatusBoard(collection_of)
+    output = StatusOutput(sys.stderr)
+    try:
+        while not stop.wait(every):
+            rows = board.rows(health_report(registry), collections, writers)
+            patches = sum(writer.stats.patches for writer in writers)
+            output.show(time.monotonic() - started, rows, f"{patches} patches written; Ctrl-C stops")
+    finally:
+        output.close()
