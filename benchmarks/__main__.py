@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="alternating hot-documents runs of each order (default: %(default)s)",
     )
     orders.add_argument("--no-hot", action="store_true", help="leave out the hot-documents runs")
+    orders.add_argument(
+        "--plot",
+        default=None,
+        metavar="DIR",
+        help="also draw the charts (orders-delay.svg, orders-cpu.svg, orders-hot.svg) into DIR; the runs then "
+        "have a long-poll crawler beside the polling one (needs the 'plot' extra)",
+    )
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
         "--patch-rate",
@@ -160,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.plot is not None:
+        from openprocurement_feed.plots import PlotExtraMissing, pyplot
+
+        try:
+            pyplot()
+        except PlotExtraMissing as error:
+            print(f"python -m benchmarks: {error}", file=sys.stderr)
+            return 2
     if args.part == "load":
         from . import load
 
@@ -220,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rounds=args.order_rounds,
                 hot_rounds=0 if args.no_hot else args.hot_rounds,
                 docs=args.docs,
+                plot=args.plot,
             )
         elif part == "host":
             from . import host_listing

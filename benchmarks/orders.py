@@ -52,9 +52,18 @@ WATERMARK = 1.0
 ORDERS = ("watermark", "commit")
 
 
-def one_run(database: EmbeddedServer, order: str, seconds: float, hot: bool = False) -> RunResult:
-    """One run of the load in ``order`` on its own database of ``database``."""
-    load = HOT if hot else LOAD
+#: With ``--plot``: a long-poll crawler beside the polling one, for the delay chart.
+LONGPOLL_SECONDS = 10.0
+
+
+def one_run(
+    database: EmbeddedServer, order: str, seconds: float, hot: bool = False, longpoll: bool = False
+) -> RunResult:
+    """One run of the load in ``order`` on its own database of ``database``
+    (``longpoll``: with a long-poll crawler too)."""
+    load = dict(HOT if hot else LOAD)
+    if longpoll:
+        load["longpoll"] = LONGPOLL_SECONDS
     config = RaceConfig(
         duration=seconds,
         watermarks=(WATERMARK,),
@@ -246,9 +255,11 @@ def page_report(rows: Sequence[tuple[int, int, float, float]], docs: int) -> str
     )
 
 
-def run(seconds: float = 20.0, rounds: int = 2, hot_rounds: int = 2, docs: int = 3000) -> None:
+def run(seconds: float = 20.0, rounds: int = 2, hot_rounds: int = 2, docs: int = 3000, plot: str | None = None) -> None:
     """Measure and print the side-by-side figures (``hot_rounds=0``: no
-    hot-documents runs)."""
+    hot-documents runs; ``plot``: draw the charts into that folder, the
+    runs with a long-poll crawler too)."""
+    longpoll = plot is not None
     with EmbeddedServer() as database:
         runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
         for number in range(rounds):
@@ -256,14 +267,34 @@ def run(seconds: float = 20.0, rounds: int = 2, hot_rounds: int = 2, docs: int =
             # (its oplog and catalogue grow), so neither order always goes first
             for order in ORDERS if number % 2 == 0 else ORDERS[::-1]:
                 status(f"orders: round {number + 1}/{rounds}, {order} order")
-                runs[order].append(one_run(database, order, seconds))
+                runs[order].append(one_run(database, order, seconds, longpoll=longpoll))
         hot_runs: dict[str, list[RunResult]] = {order: [] for order in ORDERS}
         for number in range(hot_rounds):
             # alternating too: a single pair would always give the second
             # order the more worn server
             for order in ORDERS[::-1] if number % 2 == 0 else ORDERS:
                 status(f"orders: hot round {number + 1}/{hot_rounds}, {order} order")
-                hot_runs[order].append(one_run(database, order, seconds, hot=True))
+                hot_runs[order].append(one_run(database, order, seconds, hot=True, longpoll=longpoll))
         pages = page_cpu(database, docs)
     print(orders_report(runs, hot_runs, seconds), flush=True)
     print("\n" + page_report(pages, docs), flush=True)
+    if plot is not None:
+        from openprocurement_feed.plots.orders import plot_orders
+
+        print(orders_delay_report(runs), flush=True)
+        for path in plot_orders(runs, hot_runs, plot):
+            print(f"Chart written to {path}", flush=True)
+
+
+def orders_delay_report(runs: dict[str, list[RunResult]]) -> str:
+    """The delay chart's figures: per order and crawler, the versions and
+    their delay's median and p99 (every round pooled)."""
+    from openprocurement_feed.race.experiment import delay_summary
+
+    rows = []
+    for order in ORDERS:
+        for crawler in ("polling", "longpoll"):
+            delays = sorted(value for result in runs[order] for value in result.delays.get(crawler, ()))
+            summary = delay_summary(delays)
+            rows.append([order, crawler, summary["count"], _cell(summary["median"], 0), _cell(summary["p99"], 0)])
+    return "\nDelay chart (rounds pooled):\n" + table(["order", "crawler", "versions", "p50 ms", "p99 ms"], rows)

@@ -405,6 +405,34 @@ class AlertWatch(threading.Thread):
             return next((e.at for e in self.events if e.feed == feed and e.state == state and e.at >= after), None)
 
 
+class HealthSampler(threading.Thread):
+    """Reads the health view every second and keeps the checkpoint's age of
+    the first feed (for ``--plot``); a failed read keeps None."""
+
+    def __init__(self, url: str, clock: Clock, every: float = 1.0) -> None:
+        super().__init__(name="health-sampler", daemon=True)
+        self.url = url
+        self.clock = clock
+        self.every = every
+        self.samples: list[tuple[float, float | None]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        import requests
+
+        session = requests.Session()
+        while not self.stopping.wait(self.every):
+            age = None
+            try:
+                feeds = session.get(self.url, timeout=5).json()["feeds"]
+                feed = next(item for item in feeds if item["name"] == FEEDS[0])
+                age = (feed.get("checkpoint") or {}).get("age_seconds")
+            except (requests.RequestException, ValueError, KeyError, StopIteration, AttributeError):
+                pass
+            self.samples.append((self.clock.now(), age if isinstance(age, (int, float)) else None))
+        session.close()
+
+
 # -- the load ----------------------------------------------------------------
 
 
@@ -568,6 +596,8 @@ class Run:
     threads: list[threading.Thread] = field(default_factory=list)
     #: the feed pages of status 200 the test itself read, per feed
     probe_pages: dict[str, int] = field(default_factory=dict)
+    #: the checkpoint's age over the run (``--plot``)
+    sampler: HealthSampler | None = None
 
     def say(self, text: str) -> None:
         print(f"[{self.clock.now():6.1f} s] {text}", flush=True)
@@ -711,6 +741,10 @@ class Run:
         )
         self.alerts = AlertWatch(self.prometheus_url, self.clock)
         self.alerts.start()
+        if self.options.plot is not None:
+            self.sampler = HealthSampler(f"{self.base}{PREFIX}/feeds/health", self.clock)
+            self.sampler.start()
+            self.threads.append(self.sampler)
         self.threads.append(self.alerts)
         self.say(f"Prometheus {self.prometheus_url} scrapes {self.base}/metrics every 1 s, rules {ALERTS.name}")
 
@@ -1187,6 +1221,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder even when the test passes")
     parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="draw the run's timeline into FILE (.svg or .png): writes/s, the crawler's lag, the checkpoint's "
+        "age, each kill -9 and the alert (needs the 'plot' extra)",
+    )
+    parser.add_argument(
         "--drop-final",
         type=int,
         default=0,
@@ -1211,6 +1252,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def draw_timeline(run: Run, path: str) -> None:
+    """The run's timeline (``--plot``): writes/s, each version's delay to the
+    crawler, the checkpoint's age, the faults and the alert."""
+    from openprocurement_feed.plots.production import OpsRun, plot_ops_timeline
+
+    offset = time.time() - run.clock.now()  # wall clock - test clock
+    acks = {version: moment - offset for writer in run.writers for version, moment in writer.acks.items()}
+    seen = {version: moment - offset for version, moment in run.tails[FEEDS[0]].snapshot().items()}
+    timeline = run.timeline
+    events = [
+        (moment, what)
+        for moment, what in (
+            (timeline.worker_killed, "kill -9 web worker"),
+            (timeline.sequencer_killed, "kill -9 sequencer a"),
+            (timeline.outage_began, "sequencer b stopped"),
+            (timeline.outage_ended, "sequencers started"),
+        )
+        if moment is not None
+    ]
+    alerts = [(event.at, event.state) for event in run.alerts.events if event.feed == FEEDS[0]] if run.alerts else []
+    checkpoints = run.sampler.samples if run.sampler is not None else []
+    plot_ops_timeline(OpsRun(acks, seen, checkpoints, events, alerts, THRESHOLD_SECONDS), path)
+    print(f"test-ops: the timeline is in {path}", flush=True)
+
+
 @contextlib.contextmanager
 def interrupts_as_keyboard() -> Iterator[None]:
     """SIGINT (also where a background job ignores it) and SIGTERM stop the
@@ -1229,6 +1295,15 @@ def interrupts_as_keyboard() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot is not None:
+        from openprocurement_feed.plots import PlotExtraMissing, image_format, pyplot
+
+        try:
+            image_format(args.plot)
+            pyplot()
+        except (ValueError, PlotExtraMissing) as error:
+            print(f"test-ops: --plot: {error}", file=sys.stderr, flush=True)
+            return 2
     try:
         tools = find_tools()
     except Missing as error:
@@ -1249,6 +1324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 run.say("stopping every process")
                 run.close()
+                if args.plot is not None:
+                    draw_timeline(run, args.plot)
         print(f"\ntest-ops summary ({run.clock.now():.0f} s in all):", flush=True)
         for line in lines:
             print(f"  {line}", flush=True)

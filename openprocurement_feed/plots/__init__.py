@@ -37,6 +37,7 @@ def pyplot() -> Any:
         raise PlotExtraMissing(str(error)) from None
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "openprocurement_feed"  # stable ids in the SVG
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: smaller, searchable, readable by tests
     import matplotlib.pyplot as plt
 
     return plt

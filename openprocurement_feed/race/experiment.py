@@ -158,6 +158,9 @@ class RunResult:
     longpoll_delay_ms: dict[str, float | None] = field(default_factory=dict)
     #: the run's events for its picture (``race --plot``); not in ``to_dict``
     trace: RaceTrace | None = field(default=None, repr=False, compare=False)
+    #: every delivered version's feed delay (ms, sorted) per crawler
+    #: (``polling``, ``longpoll``), for the orders charts; not in ``to_dict``
+    delays: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def database_cpu_ms_per_patch(self) -> float | None:
@@ -181,6 +184,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("trace", None)
+        data.pop("delays", None)
         data["lag_summary_ms"] = self.lag_summary
         data["database_cpu_ms_per_patch"] = self.database_cpu_ms_per_patch
         return data
@@ -194,19 +198,23 @@ def _split_ids(small: list[str], large: list[str], writers: int) -> list[list[st
     return [small if number % 2 == 0 else large for number in range(writers)]
 
 
-def _feed_delays(writers: list[LoggingWriter], crawler: Crawler) -> dict[str, float | None]:
+def delay_samples(writers: list[LoggingWriter], crawler: Crawler) -> list[float]:
     """How long after its acknowledgement each version the crawler saw was
-    delivered to it: median and max in ms (versions overwritten before they
-    became visible have no delay)."""
+    delivered to it (ms, sorted; versions overwritten before they became
+    visible have no delay)."""
     delays = []
     for writer in writers:
         for tender_id, date_modified, acked in writer.acks:
             seen = crawler.log.seen.get(tender_id, {}).get(date_modified)
             if seen is not None:
                 delays.append(max(0.0, seen - acked) * 1000.0)
+    return sorted(delays)
+
+
+def delay_summary(delays: list[float]) -> dict[str, float | None]:
+    """Median, p99 and max (ms) of sorted ``delays``, and their count."""
     if not delays:
         return {"median": None, "p99": None, "max": None, "count": 0}
-    delays.sort()
     return {
         "median": round(statistics.median(delays), 1),
         "p99": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 1),
@@ -403,7 +411,7 @@ def run_once(
             lost_ids=lost_ids,
             duplicates=crawler.log.duplicates,
             crawler_errors=crawler.log.errors,
-            feed_delay_ms=_feed_delays(writers, crawler),
+            feed_delay_ms=delay_summary(polling_delays := delay_samples(writers, crawler)),
             order=order,
             write_conflicts=conflicts,
             hot=config.hot,
@@ -419,6 +427,7 @@ def run_once(
                 crawler.log,
                 stats.anomalies,
             ),
+            delays={"polling": polling_delays},
         )
         if waiter is not None and waiter_lost is not None:
             result.longpoll_items = waiter.log.deliveries
@@ -426,7 +435,8 @@ def run_once(
             result.longpoll_lost_ids = waiter_lost
             result.longpoll_duplicates = waiter.log.duplicates
             result.longpoll_errors = waiter.log.errors
-            result.longpoll_delay_ms = _feed_delays(writers, waiter)
+            result.delays["longpoll"] = delay_samples(writers, waiter)
+            result.longpoll_delay_ms = delay_summary(result.delays["longpoll"])
         progress(
             f"{label} done: {result.patches_per_second} patches/s, {result.checks} checks, "
             f"{result.failures} failures, {result.lost} lost"
