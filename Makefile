@@ -17,7 +17,7 @@ empty :=
 space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
-.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops
+.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,16 @@ OPS_OPTIONAL ?=
 test-ops: $(STAMP_TEST)
 	@if [ -n "$(PROMTOOL)" ]; then $(MAKE) --no-print-directory test-alerts; fi
 	OPS_OPTIONAL="$(OPS_OPTIONAL)" PROMTOOL="$(PROMTOOL)" $(BIN)/python ops/e2e.py $(ARGS)
+
+# The docs' figures (docs/_static), each redrawn from a new run by the
+# command its page names; OPS= leaves out the production-shaped test's
+# timeline (it needs prometheus, like test-ops).
+OPS ?= 1
+plots: $(STAMP_TEST)
+	$(BIN)/openprocurement-feed race --duration 10 --seed 1 --plot docs/_static/race.svg
+	$(BIN)/python -m benchmarks orders --order-seconds 10 --order-rounds 2 --hot-rounds 1 --docs 500 --plot docs/_static/
+	$(BIN)/python -m openprocurement_feed.plots shape docs/_static/production-shape.svg
+	@if [ -n "$(OPS)" ]; then PROMTOOL="$(PROMTOOL)" $(BIN)/python ops/e2e.py --plot docs/_static/ops-timeline.svg; fi
 
 dist: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet build
