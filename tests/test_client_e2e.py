@@ -282,6 +282,14 @@ def test_full_sync_then_resume_sees_only_changes(demo: DemoServer, tmp_path: Any
     }
 
 
+def wait_for_patches(writers: list[PatchWriter], count: int, timeout: float = 60.0) -> None:
+    """Wait until ``writers`` made ``count`` patches between them."""
+    deadline = time.monotonic() + timeout
+    while sum(writer.stats.patches for writer in writers) < count:
+        assert time.monotonic() < deadline, f"the writers made fewer than {count} patches in {timeout} s"
+        time.sleep(0.02)
+
+
 def test_concurrent_writers_crawler_ends_with_latest_versions(mongodb_uri: str, db_name: str) -> None:
     watermark = 0.3
     server = DemoServer(demo_settings(mongodb_uri, db_name, watermark, delay="5-40")).start()
@@ -289,14 +297,14 @@ def test_concurrent_writers_crawler_ends_with_latest_versions(mongodb_uri: str, 
     try:
         ids = create_tenders(server.api_url, 80, seed=3)
         collector = Collector()
-        sync = FeedSync(server.api_url + "/tenders", collector, None, limit=10, poll_interval=0.05)
+        sync = FeedSync(server.api_url + "/tenders", collector, None, limit=10, poll_interval=0.05, longpoll=1.0)
         crawler = threading.Thread(target=sync.run, kwargs={"follow": True}, daemon=True)
         writers = [PatchWriter(server.api_url, ids, rate=30, seed=n, name=f"writer-{n}") for n in range(3)]
         for writer in writers:
             writer.start()
-        time.sleep(0.3)
+        wait_for_patches(writers, 5)
         crawler.start()  # the history crawl runs while writers change it
-        time.sleep(3.0)
+        wait_for_patches(writers, 60)
         for writer in writers:
             writer.stop()
         for writer in writers:

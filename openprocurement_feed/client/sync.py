@@ -132,9 +132,10 @@ class FeedSync:
     :param opt_fields: extra fields to ask for; None takes them from the URL.
     :param limit: page size to ask for.
     :param poll_interval: seconds between forward polls once caught up.
-    :param longpoll: seconds a caught-up forward request asks the server to
-        wait for the next change (``feed=longpoll``, SPEC E; default 25, 0:
-        never). A server that long-polls (its ``next_page`` echoes
+    :param longpoll: seconds a caught-up forward request of a following
+        sync (``run(follow=True)``) asks the server to wait for the next
+        change (``feed=longpoll``, SPEC E; default 25, 0: never); a one-shot
+        sync ends at the head without waiting. A server that long-polls (its ``next_page`` echoes
         ``feed=longpoll``) is asked again at once after an empty answer;
         one that does not is polled every ``poll_interval``.
     :param dedup_size: how many item versions to remember for filtering
@@ -222,6 +223,9 @@ class FeedSync:
         self._prefetcher: ThreadPoolExecutor | None = None
         #: the next page requested ahead, per direction (descending or not)
         self._prefetched: dict[bool, tuple[str, Future[Page]]] = {}
+        #: whether the running :meth:`run` follows the feed (only then does a
+        #: caught-up request long-poll: a one-shot sync ends at the head)
+        self._following = False
         if fetch_objects:
             self.objects = ObjectFetcher(self.http, fetch_concurrency, object_session)
             self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-prefetch")
@@ -295,6 +299,7 @@ class FeedSync:
         """
         if not self.stats.started_at:
             self.stats.started_at = self.clock()
+        self._following = follow
         try:
             while not self._stopping.is_set():
                 try:
@@ -395,9 +400,10 @@ class FeedSync:
         if ahead is not None and ahead[0] == (offset or ""):
             page = ahead[1].result()
         else:
-            # long-poll only once the history is done: until then an empty
-            # forward page must not hold up the backward crawl
-            wait = self.state.backward_done and not descending and self.http.longpoll > 0
+            # long-poll only when following, once the history is done: a
+            # one-shot sync ends at the head without waiting for a change,
+            # and an empty forward page must not hold up the backward crawl
+            wait = self._following and self.state.backward_done and not descending and self.http.longpoll > 0
             page = self._wait_for(offset) if wait else self.http.fetch(offset, descending=descending, wait=False)
         if offset:
             self._rejections_in_row = 0
