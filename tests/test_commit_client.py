@@ -282,6 +282,14 @@ def test_crawler_and_check_against_a_commit_feed_under_concurrent_writers(
 # -- switching the feed order ---------------------------------------------------
 
 
+def wait_patches(writer: PatchWriter, count: int, timeout: float = 60.0) -> None:
+    """Wait until ``writer`` made ``count`` patches."""
+    deadline = time.monotonic() + timeout
+    while writer.stats.patches < count:
+        assert time.monotonic() < deadline, f"the writer made fewer than {count} patches in {timeout} s"
+        time.sleep(0.02)
+
+
 def test_switch_from_watermark_to_commit_order_loses_nothing(
     apps: Callable[[str], Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -321,9 +329,9 @@ def test_switch_from_watermark_to_commit_order_loses_nothing(
         writer = PatchWriter(api, ids[10:40], rate=40, seed=22, name="switch-writer")
         writer.start()
         try:
-            time.sleep(0.5)
+            wait_patches(writer, 3)
             commit_app = apps("commit")  # its sequencer backfills, then publishes
-            time.sleep(0.3)
+            wait_patches(writer, writer.stats.patches + 3)
             assert cli_sync(url, state, out) == 0
         finally:
             writer.stop()
@@ -396,9 +404,9 @@ def test_switch_from_commit_to_watermark_order_loses_nothing(
         writer = PatchWriter(api, ids[10:40], rate=40, seed=24, name="switch-writer")
         writer.start()
         try:
-            time.sleep(0.5)
+            wait_patches(writer, 3)
             commit_app.registry.feed_sequencer.stop()
-            time.sleep(0.3)
+            wait_patches(writer, writer.stats.patches + 3)
             assert cli_sync(url, state, out) == 0
         finally:
             writer.stop()
