@@ -127,3 +127,15 @@ def test_alert_spans() -> None:
     ]
     assert _alert_spans([(1.0, "firing")]) == [(1.0, 2.0, "firing")]
     assert json.dumps(_alert_spans([])) == "[]"
+
+
+def test_the_production_tests_plot_needs_svg_or_png(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess  # nosec B404 - the test runs its own interpreter
+    import sys
+
+    e2e = Path(__file__).resolve().parent.parent / "ops" / "e2e.py"
+    child = subprocess.run(  # nosec B603 - our own interpreter and script
+        [sys.executable, str(e2e), "--plot", "timeline.jpg"], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 2
+    assert "test-ops: --plot: 'timeline.jpg': the picture's file name must end in .svg or .png" in child.stderr

@@ -35,7 +35,7 @@ BOXES = (
         "MongoDB replica set\n(primary + secondaries)\ndocuments, feed entries,\ncheckpoint",
         "#d9f0d3",
     ),
-    ("sequencers", (8.0, 0.9), "sequencers ×2\nopenprocurement-feed sequence\n(one leads, one stands by)", "#e8dcf2"),
+    ("sequencers", (8.0, 0.9), "sequencers ×2\nopenprocurement-feed sequence\n(both always running)", "#e8dcf2"),
     ("prometheus", (4.2, 6.0), "Prometheus\nalerts.yml: FeedPromiseAtRisk", "#f6d5d5"),
 )
 #: The arrows: start, end, label, the label's centre.
@@ -134,6 +134,7 @@ def plot_ops_timeline(run: OpsRun, path: str) -> str:
         marker=".",
         markersize=2,
         color="tab:green",
+        rasterized=True,  # thousands of dots: an image inside the SVG
     )
     lag.set_yscale("log")
     lag.set_ylabel("crawler lag (s)\nack → crawler, log")
@@ -151,12 +152,12 @@ def plot_ops_timeline(run: OpsRun, path: str) -> str:
     for moment, what in run.events:
         writes.annotate(
             what,
-            (moment, 1.0),
+            (moment, 1.02),
             xycoords=("data", "axes fraction"),
-            rotation=90,
+            rotation=30,
             fontsize=7,
-            va="top",
-            ha="right",
+            va="bottom",
+            ha="left",
             color="tab:red",
         )
     spans = _alert_spans(run.alerts)

@@ -56,6 +56,12 @@ class Panel:
             reached = read.reached
         return reached
 
+    def given_at(self, write: WriteMark) -> float | None:
+        """When the crawler was first given ``write``'s version, if it was."""
+        return next(
+            (each.at for each in self.trace.deliveries if each.id == write.id and each.stamp == write.stamp), None
+        )
+
     def summary(self) -> str:
         """The panel's numbers in one sentence (for the caption)."""
         name = self.trace.label
@@ -63,6 +69,11 @@ class Panel:
         if write is None:
             return f"{name}: no write in the run"
         text = f"{name}: a write open {write.open_ms:.0f} ms"
+        given = self.given_at(write)
+        if self.trace.order == "commit":
+            if given is not None:
+                text += f"; the crawler was given it {(given - write.acked) * 1000.0:.0f} ms after its commit"
+            return text
         reached = self.reached_at(write.acked)
         if reached is not None:
             ahead = (reached - write.stamp) * 1000.0
@@ -139,6 +150,7 @@ def _draw(ax: Axes, panel: Panel) -> None:
             [ms(write.stamp), ms(write.acked)],
             [ms(write.stamp)] * 2,
             color="tab:red" if late else "tab:blue",
+            zorder=4 if late else 2,
             linewidth=3 if late else 1.5,
             solid_capstyle="butt",
             marker="|",
@@ -155,7 +167,8 @@ def _draw(ax: Axes, panel: Panel) -> None:
             linewidth=1.2,
             marker="o",
             markersize=3,
-            label="crawler: each read, at the newest stamp it had been given",
+            label="crawler: each read, at the newest stamp it had been given"
+            + (" (its offset is a commit position)" if trace.order == "commit" else ""),
         )
     given = [each for each in trace.deliveries if panel.start <= each.at <= panel.end]
     if given:
@@ -199,7 +212,7 @@ def _draw(ax: Axes, panel: Panel) -> None:
     ax.set_ylabel("public_modified stamp (ms)")
     ax.set_xlim(0, width)
     ax.grid(True, color="0.92")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
 
 
 def plot_race(traces: Sequence[RaceTrace], path: str) -> list[str]:
