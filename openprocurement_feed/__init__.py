@@ -17,8 +17,11 @@
 * the URL-bytes tween (:mod:`.tweens`): a path or query string that is not
   UTF-8 gets a JSON 400 (404 for an undecodable ``offset``), never a 500;
 * JSON error views: 409 for a write conflict, 503 while the database is
-  unreachable, when a feed query runs past ``feed.max_time_ms`` or when a
-  commit-ordered feed has no checkpoint yet;
+  unreachable, when a feed query runs past ``feed.max_time_ms``, on any
+  other database error or when a commit-ordered feed has no checkpoint
+  yet; for a host's writes (:mod:`.save_errors`), 503 ``not_saved`` when
+  the database did not write and 504 ``outcome_unknown`` when it did not
+  confirm a write that may have been applied;
 * the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
   measured start-to-commit lag, the checkpoint and a verdict;
 * the probes for orchestrators at ``{feed.health_path}/live`` (no query) and
@@ -60,8 +63,11 @@ from pyramid.tweens import INGRESS
 from .database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .errors import (
     conflict_view,
+    database_error_view,
     database_unavailable_view,
     feed_not_ready_view,
+    not_saved_view,
+    outcome_unknown_view,
     query_timeout_view,
 )
 from .health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
@@ -78,6 +84,7 @@ from .orders import COMMIT, FeedNotReady
 from .probes import include_probes
 from .renderers import RENDERER, FeedJSONRenderer, load_timezone
 from .roles import role_store
+from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
 from .settings import FeedSettings, parse_settings
 from .startup import defer
 from .stores import HostStore, apply_numbers, set_feed_store
@@ -95,7 +102,10 @@ __all__ = [
     "HostStore",
     "InvalidOffset",
     "MissingRevision",
+    "NotSaved",
     "Offset",
+    "SaveError",
+    "SaveOutcomeUnknown",
     "commit_collections",
     "commit_listings",
     "compose_offset",
@@ -103,6 +113,7 @@ __all__ = [
     "includeme",
     "parse_offset",
     "parse_settings",
+    "save_error",
     "set_feed_store",
     "shutdown",
 ]
@@ -263,7 +274,7 @@ def includeme(config: Configurator) -> None:
 
     Including twice is harmless: the second include reuses the first store.
     """
-    from pymongo.errors import ConnectionFailure, ExecutionTimeout
+    from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError
 
     registry = config.registry
     config.include("cornice")
@@ -302,7 +313,10 @@ def includeme(config: Configurator) -> None:
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
     config.add_view(conflict_view, context=ConflictError, renderer="json")
+    config.add_view(database_error_view, context=PyMongoError, renderer="json")
     config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
+    config.add_view(not_saved_view, context=NotSaved, renderer="json")
+    config.add_view(outcome_unknown_view, context=SaveOutcomeUnknown, renderer="json")
     config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
     config.add_view(feed_not_ready_view, context=FeedNotReady, renderer="json")
     registry.feed_verdicts = VerdictLog()

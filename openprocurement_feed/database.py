@@ -39,6 +39,7 @@ from .orders import (
     now_seconds,
 )
 from .roles import open_client
+from .save_errors import save_error
 from .settings import FeedSettings
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,15 @@ class FeedStoreMixin:
         :raises MissingRevision: an update without ``_rev``/``rev``.
         :raises ConflictError: when ``_rev`` is stale (or, with ``insert``,
             when the id is taken).
+        :raises ~.save_errors.NotSaved: the database did not write it (no
+            server, a refusal such as ``NotWritablePrimary``, a transaction
+            aborted): a retry is safe.
+        :raises ~.save_errors.SaveOutcomeUnknown: the write may have been
+            applied (a write concern error, a connection lost after the
+            write was sent): re-read before writing again. Inside a
+            transaction, its ``commitTransaction`` is the caller's:
+            :func:`~.save_errors.save_error` with ``committing=True`` names
+            its errors the same way.
         """
         doc = dict(data)
         uid = doc.pop("id", None) if "id" in doc else doc.get("_id")
@@ -197,8 +207,9 @@ class FeedStoreMixin:
             doc["dateCreated"] = now
         if not modified and PUBLIC_MODIFIED not in doc:
             raise ValueError("save_data(modified=False) needs a 'public_modified'")
+        in_transaction = session is not None and session.in_transaction
         try:
-            if session is not None and session.in_transaction:
+            if session is not None and in_transaction:
                 stored = self._save_by_id(collection, doc, old_rev, modified, insert, session)
             else:
                 pipeline: list[dict[str, Any]] = [{"$replaceWith": {"$literal": doc}}]
@@ -214,6 +225,11 @@ class FeedStoreMixin:
                 )
         except DuplicateKeyError:
             raise ConflictError(f"Document {uid} exists already or changed") from None
+        except PyMongoError as error:
+            failure = save_error(error, in_transaction=in_transaction)
+            if failure is error:
+                raise
+            raise failure from error
         if stored is None:
             raise ConflictError(f"Document {uid} was changed by another request")
         doc[PUBLIC_MODIFIED] = stored[PUBLIC_MODIFIED]

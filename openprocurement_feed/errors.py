@@ -49,3 +49,36 @@ def feed_not_ready_view(exc: Exception, request: Request) -> dict[str, Any]:
     request.response.status = 503
     request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return error_body("body", "feed", str(exc))
+
+
+def database_error_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """503 for any other database error (a refused or interrupted command,
+    a time limit): the client retries, the log has the error."""
+    log.warning("Database error for %s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+    request.response.status = 503
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body("body", "database", "The database could not answer; retry later")
+
+
+def not_saved_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """503 for a write the database did not make
+    (:class:`~.save_errors.NotSaved`): nothing was stored, retry it."""
+    log.warning("Write not saved for %s %s: %s", request.method, request.path, exc)
+    request.response.status = 503
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body("body", "not_saved", "The database did not save the change; nothing was written, retry it")
+
+
+def outcome_unknown_view(exc: Exception, request: Request) -> dict[str, Any]:
+    """504 for a write the database did not confirm
+    (:class:`~.save_errors.SaveOutcomeUnknown`): it may have been applied."""
+    log.warning("Write outcome unknown for %s %s: %s", request.method, request.path, exc)
+    request.response.status = 504
+    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error_body(
+        "body",
+        "outcome_unknown",
+        "The database did not confirm the change: it may have been saved. Read the object again before "
+        "changing it; retry a create with the same Idempotency-Key header, which answers the object if "
+        "it was created",
+    )

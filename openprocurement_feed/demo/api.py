@@ -26,12 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pymongo import ReturnDocument
-from pymongo.errors import (
-    ConnectionFailure,
-    DuplicateKeyError,
-    OperationFailure,
-    PyMongoError,
-)
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 from pyramid.config import Configurator
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPMethodNotAllowed
 from pyramid.request import Request
@@ -39,7 +34,22 @@ from pyramid.request import Request
 from ..database import ConflictError, FeedStore
 from ..errors import error_body
 from ..restricted import mask_object
+from ..save_errors import TRANSIENT, save_error
 from .auth import TOKEN_FIELD, credentials_key, hash_token, new_token
+from .idempotency import (
+    KEYS,
+    REPLAYED,
+    InvalidKey,
+    KeyReused,
+    KeyTaken,
+    body_digest,
+    check_digest,
+    invalid_key_view,
+    key_id,
+    key_record,
+    key_reused_view,
+    read_key,
+)
 from .resources import INTERNAL_FIELDS, Resource
 from .security import CREATE, EDIT, OwnedObject
 
@@ -176,35 +186,42 @@ def _delay(request: Request) -> None:
 
 def in_transaction(request: Request, write: Callable[[Any], dict[str, Any] | None]) -> dict[str, Any] | None:
     """Run ``write(session)`` in a transaction that stays open for the write
-    delay after the stamp; transient errors are retried, then reported as
-    a conflict. A lost connection is not retried: it is reported at once
-    (503 by the extension's error view)."""
+    delay after the stamp.
+
+    An error that aborted the transaction (``TransientTransactionError``: a
+    write conflict, a refused statement) is retried, and after
+    :data:`TRANSIENT_RETRIES` reported as a conflict. Other database errors
+    are raised as the store's (:func:`~openprocurement_feed.save_errors.save_error`):
+    :class:`~openprocurement_feed.save_errors.NotSaved` (503, nothing was
+    written) or, from the commit,
+    :class:`~openprocurement_feed.save_errors.SaveOutcomeUnknown` (504, a
+    write concern error or an unknown commit result: it may be saved). A
+    lost connection is not retried: it is reported at once (503)."""
     store: FeedStore = request.feed_store
     for attempt in range(TRANSIENT_RETRIES):
         # Each attempt stamps dateModified afresh (save_data stamps the
         # request's time): a retry after a competing commit must not write
         # an older dateModified than that commit's.
         request.feed_now = datetime.now(timezone.utc)
+        committing = False
         try:
             with store.client.start_session() as session:
                 with session.start_transaction():
                     result = write(session)
                     if result is not None:
                         _delay(request)
+                    committing = True  # the with block's end commits
                 return result
-        except OperationFailure as error:
-            if not error.has_error_label("TransientTransactionError"):
-                raise
-            request.registry.demo_stats.conflict()
-            time.sleep(0.005 * (attempt + 1))
-        except ConnectionFailure:
-            # Unreachable database: answer 503 now (the client retries after
-            # Retry-After) instead of waiting out one server selection per retry.
-            raise
         except PyMongoError as error:
-            if not error.has_error_label("TransientTransactionError"):
+            failure = save_error(error, in_transaction=not committing, committing=committing)
+            cause = getattr(failure, "error", failure)
+            if failure.has_error_label(TRANSIENT) and not isinstance(cause, ConnectionFailure):
+                request.registry.demo_stats.conflict()
+                time.sleep(0.005 * (attempt + 1))
+                continue
+            if failure is error:
                 raise
-            request.registry.demo_stats.conflict()
+            raise failure from error
     raise ConflictError("the object is being changed by other requests")
 
 
@@ -240,13 +257,24 @@ def public_id(store: FeedStore, resource: Resource, moment: datetime) -> str:
 
 
 def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
-    """``POST {prefix}/{resource}``: a new object, 201."""
+    """``POST {prefix}/{resource}``: a new object, 201; with an
+    ``Idempotency-Key`` (:mod:`.idempotency`), the object created with that
+    key if there is one."""
 
     def create(request: Request) -> dict[str, Any]:
+        key = read_key(request)
         data = read_data(request, resource)
+        store: FeedStore = request.feed_store
+        collection = store.collection(store_name(request, resource))
+        ident = key_id(resource.name, request.authenticated_userid, key) if key is not None else None
+        digest = body_digest(data)
+        keys = store.collection(KEYS)
+        if ident is not None:
+            found = keys.find_one({"_id": ident})
+            if found is not None:
+                return replay(request, resource, collection, found, digest)
         moment = datetime.now(timezone.utc)
         stamp = moment.isoformat()
-        store: FeedStore = request.feed_store
         obj = dict(data, _id=uuid.uuid4().hex, dateCreated=stamp, dateModified=stamp)
         obj[resource.id_field] = public_id(store, resource, moment)
         obj.setdefault("status", resource.default_status)
@@ -254,8 +282,33 @@ def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
             obj["owner"] = request.authenticated_userid
         token = new_token()
         obj[TOKEN_FIELD] = hash_token(token)
-        collection = store.collection(store_name(request, resource))
-        saved = in_transaction(request, lambda session: store.save_data(collection, obj, insert=True, session=session))
+
+        def write(session: Any) -> dict[str, Any]:
+            if ident is not None:
+                # the key and its object are saved together or not at all
+                if keys.find_one({"_id": ident}, session=session) is not None:
+                    raise KeyTaken()
+                try:
+                    keys.insert_one(key_record(ident, obj["_id"], digest, token), session=session)
+                except DuplicateKeyError:
+                    raise KeyTaken() from None
+            return store.save_data(collection, obj, insert=True, session=session)
+
+        try:
+            saved = in_transaction(request, write)
+        except ConflictError:
+            if ident is None:
+                raise
+            # the IETF draft's 409: an attempt with this key is still open
+            # (a commit whose result is unknown holds its key until the
+            # database ends its transaction)
+            raise ConflictError("a create with this Idempotency-Key is in progress; retry it later") from None
+        except KeyTaken:
+            assert ident is not None
+            found = keys.find_one({"_id": ident})
+            if found is None:  # the other attempt's transaction did not commit
+                raise ConflictError("a create with this Idempotency-Key is in progress; retry it") from None
+            return replay(request, resource, collection, found, digest)
         assert saved is not None
         request.response.status = 201
         request.response.headers["Location"] = request.route_url(
@@ -264,6 +317,21 @@ def create_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
         return {"data": public_view(saved), "access": {"token": token}}
 
     return create
+
+
+def replay(
+    request: Request, resource: Resource, collection: Any, record: dict[str, Any], digest: str
+) -> dict[str, Any]:
+    """The answer to a create whose ``Idempotency-Key`` is stored: 201 with
+    the object created under it (its current state) and its access token."""
+    check_digest(record, digest)
+    doc = collection.find_one({"_id": record["object"]})
+    if doc is None:
+        return not_found(request, resource)
+    request.response.status = 201
+    request.response.headers["Location"] = request.route_url(f"demo.{resource.singular}", **{resource.key: doc["_id"]})
+    request.response.headers[REPLAYED] = "true"
+    return {"data": public_view(doc), "access": {"token": record["token"]}}
 
 
 def get_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
@@ -338,6 +406,8 @@ def add_error_views(config: Configurator) -> None:
     """JSON bodies for refused request bodies (422), refused permissions
     (401/403) and Pyramid's other HTTP errors, an unknown path included (404)."""
     config.add_view(bad_request_view, context=BadRequest, renderer="json")
+    config.add_view(invalid_key_view, context=InvalidKey, renderer="json")
+    config.add_view(key_reused_view, context=KeyReused, renderer="json")
     config.add_notfound_view(http_error_view, renderer="json")
     config.add_forbidden_view(forbidden_view, renderer="json")
     for context in (HTTPException, HTTPMethodNotAllowed):

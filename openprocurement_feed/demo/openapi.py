@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..openapi import error_response, json_content, ref
+from .idempotency import KEY_PATTERN
 from .resources import INTERNAL_FIELDS, RESOURCES, Resource
 
 #: The security schemes of a demo with an auth file.
@@ -101,9 +102,24 @@ def resource_part(resource: Resource, prefix: str, secured: bool) -> dict[str, A
         },
     }
     errors: dict[str, Any] = {
-        "409": error_response("The object is being changed by other requests: re-read and retry."),
-        "422": error_response('A body that is not {"data": {...}} or holds a refused field or value.'),
-        "503": ref("Unavailable", "responses"),
+        "409": error_response(
+            "The object is being changed by other requests, or a create with the same Idempotency-Key is "
+            "in progress: re-read and retry."
+        ),
+        "422": error_response(
+            'A body that is not {"data": {...}} or holds a refused field or value, or an Idempotency-Key '
+            "already used with another body."
+        ),
+        "503": error_response(
+            "The database is unreachable or did not save the change (name not_saved): nothing was written; "
+            "retry the same request after Retry-After.",
+            retry_after=True,
+        ),
+        "504": error_response(
+            "The database did not confirm the change (name outcome_unknown): it may have been saved. "
+            "Re-read the object before changing it again; retry a create with the same Idempotency-Key.",
+            retry_after=True,
+        ),
     }
     unauthorized = {"401": error_response("No key, or a key the demo does not know.")} if secured else {}
     id_parameter = {
@@ -118,11 +134,36 @@ def resource_part(resource: Resource, prefix: str, secured: bool) -> dict[str, A
         "operationId": f"create{name}",
         "summary": f"Create a {resource.singular}",
         "tags": [resource.name],
+        "description": (
+            "With an Idempotency-Key header, a retry of the same create (same broker, key and body) answers "
+            "the object the key created, with the same access token and Idempotent-Replayed: true, and "
+            "creates no other."
+        ),
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "description": (
+                    "A key of the client's choosing (a UUID) that a retry of this create repeats; "
+                    "optionally in double quotes. A malformed key is refused with 400."
+                ),
+                "schema": {"type": "string", "minLength": 1, "maxLength": 130, "pattern": KEY_PATTERN},
+            }
+        ],
         "requestBody": {"required": True, "content": json_content(body)},
         "responses": {
             "201": {
-                "description": f"The new {resource.singular} and its owner's access token.",
-                "headers": {"Location": {"description": "The object's URL.", "schema": {"type": "string"}}},
+                "description": (
+                    f"The new {resource.singular} and its owner's access token (or, for a retry with an "
+                    "Idempotency-Key, the one that key created)."
+                ),
+                "headers": {
+                    "Location": {"description": "The object's URL.", "schema": {"type": "string"}},
+                    "Idempotent-Replayed": {
+                        "description": "true when the answer is a retry's: the object was created before.",
+                        "schema": {"type": "string", "enum": ["true"]},
+                    },
+                },
                 "content": json_content(created),
                 "links": {
                     f"get{name}": {
