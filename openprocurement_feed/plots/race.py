@@ -14,8 +14,8 @@ of the panel's window:
   crawler had passed its stamp: the late document (red), which a crawler of
   that feed never gets.
 
-The first panel is the first anomaly the detector caught (a run without
-the watermark); the others show a window of the same length, around the
+The first panel is the anomaly with the largest lag the detector caught (a
+run without the watermark); the others show a window of the same length, around the
 write that stayed open longest, under the watermark and in the commit
 order.
 """
@@ -98,19 +98,22 @@ def _longest_open(trace: RaceTrace) -> WriteMark | None:
 
 
 def panels(traces: Sequence[RaceTrace]) -> list[Panel]:
-    """The panels of ``traces``: the first caught anomaly first, then the
-    other runs, each window as long as the first."""
+    """The panels of ``traces``: the anomaly the detector caught with the
+    largest lag (in the first run that has one) first, then the other runs,
+    each window as long as the first."""
     chosen: list[Panel] = []
     rest = list(traces)
     for trace in traces:
+        caught = []
         for anomaly in trace.anomalies:
-            late = anomaly.late[0]
+            late = max(anomaly.late, key=lambda item: (anomaly.newest or 0.0) - item.public_modified)
             write = trace.write_of(late.id, late.public_modified)
             if write is not None:
-                chosen.append(Panel(trace, write.stamp - PAD, write.acked + PAD, write, anomaly))
-                rest.remove(trace)
-                break
-        if chosen:
+                caught.append((max(anomaly.lags_ms, default=0.0), write, anomaly))
+        if caught:
+            _, write, anomaly = max(caught, key=lambda each: each[0])  # the clearest: the largest lag
+            chosen.append(Panel(trace, write.stamp - PAD, write.acked + PAD, write, anomaly))
+            rest.remove(trace)
             break
     length = (chosen[0].end - chosen[0].start) if chosen else None
     for trace in rest:
