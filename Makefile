@@ -6,6 +6,10 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 STAMP_MATRIX := $(VENV)/.installed-matrix
 ARGS ?=
+# pytest-xdist workers of make test: twice the cores (most tests wait on a
+# server, a process or a socket more than they compute); each worker starts
+# an embedded server of its own. WORKERS=0 runs the suite in one process.
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 2 )))
 # Branch coverage of openprocurement_feed/ with the floor of pyproject.toml
 # ([tool.coverage.report] fail_under). A partial run (ARGS=tests/test_x.py)
 # sits below the floor: add COV= to leave coverage out.
@@ -17,6 +21,8 @@ empty :=
 space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
+
+.PHONY: test-unit test-stress
 .PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots
 
 $(BIN)/python:
@@ -38,11 +44,26 @@ $(STAMP_MATRIX): $(STAMP_TEST)
 run: $(STAMP_RUN)
 	$(BIN)/openprocurement-feed run $(ARGS)
 
-# The lint first (seconds), then the tests with the coverage floor, then the docs.
+# The lint first (seconds), then the tests in parallel and in random order
+# (pytest-randomly prints its seed: -p randomly -p "randomly_seed=N" in ARGS
+# repeats an order) with the coverage floor, then the docs.
 test: $(STAMP_TEST)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest --durations=15 $(COV) $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 $(COV) $(ARGS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# The inner loop: the tests that need no database server and start no
+# process (pytest -m "not server"), in seconds; no coverage floor.
+test-unit: $(STAMP_TEST)
+	$(BIN)/python -m pytest -n $(WORKERS) -q -m "not server" --durations=5 $(ARGS)
+
+# make test with one core kept busy by another process the whole time: the
+# suite must not care how fast the machine is (its order is random anyway).
+test-stress: $(STAMP_TEST)
+	@$(BIN)/python -c "while True: pass" & busy=$$!; \
+	trap 'kill $$busy 2>/dev/null' EXIT INT TERM; \
+	echo "test-stress: a busy loop (pid $$busy) keeps one core busy"; \
+	$(MAKE) --no-print-directory test
 
 # ruff (lint, then the format check), mypy and bandit, configured in pyproject.toml.
 lint: $(STAMP_TEST)

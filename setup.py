@@ -30,6 +30,11 @@ TEST = [
     "pytest>=7.4",
     "pytest-timeout>=2.2",
     "pytest-cov>=5.0",
+    # make test: one worker per half core, each with its own embedded
+    # server (pytest-xdist), in random order with the seed printed
+    # (pytest-randomly)
+    "pytest-xdist>=3.5",
+    "pytest-randomly>=3.15",
     "webtest>=3.0",
     "hypothesis>=6.90",
     # tests/test_ops_files.py reads the Prometheus rules (ops/prometheus)

@@ -35,6 +35,21 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: Fixtures that reach a database server: a test that asks for one of them
+#: (directly or through another fixture) is marked ``server``.
+SERVER_FIXTURES = frozenset({"mongodb_uri", "mongo_client"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs a database server ``server`` (the ones
+    that start servers or processes of their own carry the mark in their
+    module), so that ``make test-unit`` (``-m "not server"``) is the quick
+    inner loop."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture(autouse=True)
 def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     """Environment overrides of a developer's shell must not leak into tests."""

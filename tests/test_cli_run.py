@@ -19,6 +19,9 @@ import pytest
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.embedded import free_port
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 SCRIPT = Path(sys.executable).with_name("openprocurement-feed")
 
 

@@ -19,7 +19,7 @@ from openprocurement_feed.cli import main
 from openprocurement_feed.demo.load import create_tenders
 from openprocurement_feed.demo.server import DemoServer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.server]
 
 W = 0.2
 

@@ -28,7 +28,7 @@ from openprocurement_feed.client import (
 from openprocurement_feed.demo.load import PatchWriter, create_tenders
 from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.server]
 
 W = 0.2
 #: Short backoffs so fault tests stay fast; Retry-After is still obeyed as sent.

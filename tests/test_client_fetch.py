@@ -26,7 +26,7 @@ from openprocurement_feed.client.objects import ObjectFetcher
 from openprocurement_feed.demo.load import create_tenders
 from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.server]
 
 
 class ObjectFaults:

@@ -27,7 +27,7 @@ from openprocurement_feed.demo.server import DemoServer, ThreadedServer
 from openprocurement_feed.offset import is_position_offset
 from openprocurement_feed.orders import STATE_ID, positions_name
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.server]
 
 W = 0.2
 #: The watermark of the deployments that switch order: long enough that the

@@ -22,6 +22,9 @@ from openprocurement_feed.demo.auth import PACKAGED_AUTH_FILE
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.testing import make_settings, wait_watermark
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 #: The keys of the packaged auth file (openprocurement_feed/demo/auth.ini).
 OWNER = {"Authorization": "Bearer demo-broker-key"}
 OTHER = {"Authorization": "Bearer demo-broker2-key"}

@@ -29,7 +29,7 @@ import requests
 from openprocurement_feed.demo.load import PatchWriter, create_objects
 from openprocurement_feed.demo.server import DemoServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.server]
 
 #: What the crawler syncs: tenders and plans, and contracts as many do.
 RESOURCES = ("tenders", "plans", "contracts")

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 APP = textwrap.dedent("""
     import sys, time
     from openprocurement_feed.demo import main

@@ -22,6 +22,9 @@ from pymongo.errors import OperationFailure
 
 from openprocurement_feed.embedded import EmbeddedServer
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 #: The launcher, a development tool outside the package (which never imports SecantusDB).
 LAUNCHER = Path(__file__).resolve().parent.parent / "ops" / "secantusd_lifetime.py"
 

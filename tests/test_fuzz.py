@@ -34,6 +34,9 @@ from openprocurement_feed.demo.auth import PACKAGED_AUTH_FILE
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.testing import make_settings
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 # schemathesis 4 needs Python 3.11 (setup.py's test extra installs it there)
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis needs Python 3.11 or later")
 GenerationMode = schemathesis.GenerationMode

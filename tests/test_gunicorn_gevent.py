@@ -25,6 +25,9 @@ import requests
 
 from openprocurement_feed.embedded import free_port
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PREFIX = "/api/2.5"
 WAITERS = 200

@@ -137,6 +137,7 @@ def test_ini_file_with_pyramid_includes(tmp_path: Path, mongodb_uri: str, db_nam
     app.registry.feed_store.close()
 
 
+@pytest.mark.server  # starts a server or a process of its own
 def test_embedded_uri_starts_and_owns_a_server(tmp_path: Path) -> None:
     data = tmp_path / "db"
     app = make_app({"mongodb.uri": f"embedded://{data}", "feed.watermark_seconds": "0"}, "tenders")

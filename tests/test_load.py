@@ -11,6 +11,9 @@ import pytest
 
 from benchmarks.load import format_result, run_load
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)

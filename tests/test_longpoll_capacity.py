@@ -20,6 +20,9 @@ from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded import EmbeddedServer
 from openprocurement_feed.testing import make_settings
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 #: Seconds each way of crawling is measured (the benchmark: 30).
 SPAN = 8.0
 

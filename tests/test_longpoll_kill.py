@@ -32,7 +32,7 @@ from openprocurement_feed.demo.load import create_tenders
 from openprocurement_feed.demo.server import DemoServer
 from tests.test_sequencer import start_sequence, wait_for_state, write_ini
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.server]
 
 Version = tuple[str, str]
 

@@ -470,6 +470,7 @@ def test_live_view_to_a_file_prints_the_last_screen(
     assert re.search(r"tenders +│ watermark │ 1 s │ unknown │ +– │ +– │ +– │ +0 │ +– │ +none │", out)
 
 
+@pytest.mark.server  # starts a server or a process of its own
 def test_ctrl_c_stops_the_live_view_with_exit_0(server: HealthServer) -> None:
     command = [
         sys.executable,

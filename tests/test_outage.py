@@ -23,6 +23,9 @@ from openprocurement_feed.demo.load import WORDS, create_tenders, sample_tender
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded import EmbeddedServer, free_port
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 SELECTION_TIMEOUT_MS = 1500
 #: A request slower than this during the outage counts as a hang. Generous:
 #: a read is retried once (two server selections), a write may be in flight.

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

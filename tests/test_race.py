@@ -18,7 +18,7 @@ import pytest
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 WRITE_DELAY = "5-40"
 #: Safely above the 40 ms write delay, small enough for a short test.

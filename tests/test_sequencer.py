@@ -303,6 +303,7 @@ def test_sigterm_stops_after_the_batch_with_token_and_checkpoint_saved(
     assert state["token"] and state["checkpoint"] >= state["token_ts"]
 
 
+@pytest.mark.server  # starts a server or a process of its own
 def test_recovery_restamps_exactly_the_changed_documents(tmp_path: Path) -> None:
     from openprocurement_feed.embedded import EmbeddedServer
 
