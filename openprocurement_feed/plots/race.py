@@ -1,6 +1,6 @@
 """The race drawn from a run: ``openprocurement-feed race --plot FILE``.
 
-One panel per run, the same length of time in each. The x axis is the wall
+One panel per run, one under the other, the same length of time in each. The x axis is the wall
 clock, the y axis the ``public_modified`` stamp, both in ms from the start
 of the panel's window:
 
@@ -215,7 +215,7 @@ def _draw(ax: Axes, panel: Panel) -> None:
     ax.set_ylabel("public_modified stamp (ms)")
     ax.set_xlim(0, width)
     ax.grid(True, color="0.92")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
 
 
 def plot_race(traces: Sequence[RaceTrace], path: str) -> list[str]:
@@ -223,8 +223,9 @@ def plot_race(traces: Sequence[RaceTrace], path: str) -> list[str]:
     extension); returns one sentence of numbers per panel."""
     chosen = panels(traces)
     plt = pyplot()
-    figure, axes = plt.subplots(1, max(1, len(chosen)), figsize=(5.2 * max(1, len(chosen)), 5.0), squeeze=False)
-    for ax, panel in zip(axes[0], chosen, strict=False):
+    rows = max(1, len(chosen))
+    figure, axes = plt.subplots(rows, 1, figsize=(8.0, 5.6 * rows), squeeze=False)
+    for ax, panel in zip(axes[:, 0], chosen, strict=False):
         _draw(ax, panel)
     if not chosen:
         axes[0][0].text(0.5, 0.5, "no writes recorded", ha="center", va="center")
