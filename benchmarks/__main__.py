@@ -15,7 +15,9 @@ patch rate the demo API reaches with real-shaped documents), ``restricted``
 crawlers, and the database's CPU with crawlers waiting at the head),
 ``host`` (the feed page's CPU against an upstream-shaped host's own listing
 view, the feed in the host route's place), ``save`` (what one ``save_data``
-costs the database in and outside a transaction, by collection size).
+costs the database in and outside a transaction, by collection size),
+``roles`` (the connections and the database's CPU per change of a client per
+role: the sequencer on its own client against the store's).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save"),
+        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save", "roles"),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -188,6 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import longpoll
 
         longpoll.run(changes=args.changes, wait_seconds=args.wait_seconds)
+        return 0
+    if args.part == "roles":
+        from . import roles
+
+        roles.run(rounds=args.rounds + 1)
         return 0
     if args.part == "save":
         from . import save

@@ -278,3 +278,103 @@ def test_a_key_with_another_body_is_422(demo: tuple[Any, Any]) -> None:
     answer = post(app, "second body", "reused")
     assert answer.status_int == 422 and answer.json["errors"][0]["name"] == "Idempotency-Key"
     assert count(db, "second body") == 0
+
+
+@pytest.fixture
+def host_store(fault_uri: str, observer: MongoClient[Any]) -> Iterator[Any]:
+    """A host's store on the fault server, its client named as the web one."""
+    from openprocurement_feed.database import FeedStore
+    from openprocurement_feed.settings import parse_settings
+
+    name = f"host_{uuid.uuid4().hex[:10]}"
+    store = FeedStore.from_settings(
+        parse_settings(make_settings(fault_uri, name, mongodb_server_selection_timeout_ms="1500"))
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+        observer.drop_database(name)
+
+
+def saved(store: Any, title: str, **session: Any) -> dict[str, Any]:
+    result: dict[str, Any] = store.save_data(
+        store.collection("tenders"), {"_id": uuid.uuid4().hex, "title": title}, insert=True, **session
+    )
+    return result
+
+
+@pytest.mark.parametrize(
+    ("data", "expected", "stored"),
+    [
+        (dict(writeConcernError=WTIMEOUT), "SaveOutcomeUnknown", 1),
+        (dict(errorCode=10107, errorLabels=["RetryableWriteError"]), "NotSaved", 0),
+        (dict(errorCode=50), "NotSaved", 0),
+        (dict(closeConnection=True), "SaveOutcomeUnknown", 0),
+    ],
+    ids=["wtimeout", "not-writable-primary", "max-time", "dropped"],
+)
+def test_a_hosts_save_raises_the_stores_errors(
+    host_store: Any, observer: MongoClient[Any], arm: Arm, data: dict[str, Any], expected: str, stored: int
+) -> None:
+    import openprocurement_feed as package
+
+    arm(["findAndModify"], mode="alwaysOn", **data)
+    with pytest.raises(package.SaveError) as raised:
+        saved(host_store, "host")
+    assert type(raised.value).__name__ == expected
+    assert raised.value.error is raised.value.__cause__
+    assert observer[host_store.db.name].tenders.count_documents({"title": "host"}) == stored
+
+
+def test_with_transaction_still_retries_a_transient_statement(host_store: Any, arm: Arm) -> None:
+    from openprocurement_feed import NotSaved
+
+    arm(["update"], mode={"times": 1}, errorCode=112, errorLabels=["TransientTransactionError"])
+    attempts: list[BaseException | None] = []
+
+    def write(session: Any) -> dict[str, Any]:
+        try:
+            return saved(host_store, "in transaction", session=session)
+        except NotSaved as error:
+            attempts.append(error)
+            raise
+
+    with host_store.client.start_session() as session:
+        result = session.with_transaction(write)
+    assert len(attempts) == 1 and attempts[0] is not None and attempts[0].has_error_label("TransientTransactionError")
+    assert host_store.collection("tenders").find_one({"_id": result["_id"]})["title"] == "in transaction"
+
+
+def test_concurrent_creates_with_one_key_make_one_object(fault_uri: str, observer: MongoClient[Any]) -> None:
+    """Creates racing with the same key (each transaction held open for a
+    while): one object; every other answer is that object or a 409."""
+    import threading
+
+    from webtest import TestApp
+
+    name = f"race_{uuid.uuid4().hex[:10]}"
+    app = main({}, **make_settings(fault_uri, name, demo_write_delay_ms="30-60"))
+    key = str(uuid.uuid4())
+    barrier = threading.Barrier(6)
+    answers: list[Any] = []
+
+    def create() -> None:
+        client = TestApp(app)
+        barrier.wait(timeout=30)
+        answers.append(post(client, "raced", key))
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(answers) == 6
+        assert {answer.status_int for answer in answers} <= {201, 409}, [answer.text for answer in answers]
+        created = {answer.json["data"]["id"] for answer in answers if answer.status_int == 201}
+        assert len(created) == 1
+        assert observer[name].tenders.count_documents({"title": "raced"}) == 1
+    finally:
+        shutdown(app.registry)
+        observer.drop_database(name)
