@@ -32,6 +32,15 @@ def write_concurrently(web: TestApp, count: int) -> None:
         thread.join()
 
 
+def wait_watching(web: TestApp, timeout: float = 30.0) -> None:
+    """Wait until the observer's stream is open: it publishes its first
+    window after its first read, and the health view says it runs."""
+    deadline = time.monotonic() + timeout
+    while not web.get(HEALTH, status="*").json["feeds"][0]["watcher"]["running"]:
+        assert time.monotonic() < deadline, f"the observer did not start within {timeout} s"
+        time.sleep(0.05)
+
+
 def health_after(web: TestApp, samples: int, status: int | None = None, timeout: float = 10.0) -> Any:
     """The health body once the watcher published ``samples`` lags."""
     deadline = time.monotonic() + timeout
@@ -58,7 +67,7 @@ def test_the_verdict_follows_the_measured_lag(
 ) -> None:
     web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms=delay)
     try:
-        time.sleep(0.3)  # the observer's stream is open
+        wait_watching(web)
         write_concurrently(web, 4)
         response = health_after(web, 4, status)
         body = response.json
@@ -92,17 +101,20 @@ def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: di
     try:
         assert registry.feed_sequencer.wait_ready(timeout=30)
         web.post_json(FEED, {"data": {"title": "first"}})
-        time.sleep(0.5)
-        assert web.get(HEALTH).json["feeds"][0]["verdict"] == "ok"
+        deadline = time.monotonic() + 10
+        while web.get(HEALTH, status="*").json["feeds"][0]["verdict"] != "ok":
+            assert time.monotonic() < deadline, "the sequencer did not publish a checkpoint within 10 s"
+            time.sleep(0.05)
         registry.feed_sequencer.stop()
         stopped = time.monotonic()
         verdict = "ok"
-        while verdict == "ok" and time.monotonic() - stopped < 10:
+        while verdict == "ok" and time.monotonic() - stopped < 20:
             web.post_json(FEED, {"data": {"title": "while stopped"}})
             time.sleep(0.25)
             verdict = web.get(HEALTH).json["feeds"][0]["verdict"]
         assert verdict == "at-risk"
-        assert time.monotonic() - stopped < 2 + 2.5, "within the threshold (plus a second's rounding)"
+        # the threshold (2 s) and slack for a loaded machine, not minutes
+        assert time.monotonic() - stopped < 2 + 6, "within the threshold (plus a loaded machine's slack)"
         feed = web.get(HEALTH).json["feeds"][0]
         assert "is the sequencer running" in feed["reason"]
         registry.feed_sequencer = Sequencer(registry.feed_store.db, {"tenders": ()}).start()
@@ -117,7 +129,7 @@ def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: di
 def test_transitions_are_logged_once(settings: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms="1200-1300")
     try:
-        time.sleep(0.3)
+        wait_watching(web)
         write_concurrently(web, 2)
         health_after(web, 2)
         with caplog.at_level("INFO", logger="openprocurement_feed.health"):
@@ -163,7 +175,7 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
     values.update({"feed.sequencer": "observe", "demo.write_delay_ms": "600-700"})
     with DemoServer(values) as server:
         web = TestApp(server.app)
-        time.sleep(0.3)
+        wait_watching(web)
         write_concurrently(web, 3)
         health_after(web, 3)
         assert cli_main(["monitor", server.api_url, "--check"]) == 1
@@ -171,7 +183,7 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
     values.update({"demo.write_delay_ms": "0"})  # a new observer: a window of its own
     with DemoServer(values) as server:
         web = TestApp(server.app)
-        time.sleep(0.3)
+        wait_watching(web)
         write_concurrently(web, 3)
         health_after(web, 3)
         assert cli_main(["monitor", server.api_url, "--check"]) == 0

@@ -161,13 +161,15 @@ def test_a_longpolling_sync_killed_with_sigkill_resumes_and_loses_nothing(demo: 
         writer.start()
         # it follows the writes by long-polling: the server wakes its requests
         wait_for(lambda: longpoll_wakeups(demo) > woken, 20, "the crawler was woken from a long-poll")
-        time.sleep(0.5)
+        before = writer.patches
+        wait_for(lambda: writer.patches >= before + 5, 20, "more writes while the crawler follows")
         first.send_signal(signal.SIGKILL)  # mid-run: writes go on
         first.communicate(timeout=10)
         at_kill = writer.patches
-        time.sleep(1.0)
+        wait_for(lambda: writer.patches >= at_kill + 10, 20, "writes while the crawler is dead")
         second = start_sync(url, state, out)
-        time.sleep(1.0)
+        restarted = writer.patches
+        wait_for(lambda: writer.patches >= restarted + 10, 20, "writes after the restart")
         writer.stop()
         assert writer.patches > at_kill, "writes went on while the crawler was dead"
         expected = finals(demo)
@@ -239,16 +241,17 @@ def test_sequencer_killed_with_sigkill_while_a_crawler_longpolls_loses_nothing(
         writer = Writer(server.api_url, ids)
         writer.start()
         wait_for(lambda: writer.patches >= 20, 20, "the writes began")
-        time.sleep(0.5)
+        wait_for(lambda: writer.patches >= 30, 20, "the writes went on")
         first.send_signal(signal.SIGKILL)  # mid-stream, the crawler waiting at the head
         first.communicate(timeout=10)
         at_kill = writer.patches
-        time.sleep(1.0)
+        wait_for(lambda: writer.patches >= at_kill + 10, 20, "writes while the sequencer is dead")
         # no checkpoint moves while the sequencer is dead: the crawler waits
         wait_for(lambda: server.registry.feed_longpoll.waiting >= 1, 20, "the crawler waits during the outage")
         assert writer.patches > at_kill, "writes went on while the sequencer was dead"
         second = start_sequence(ini)
-        time.sleep(1.0)
+        restarted = writer.patches
+        wait_for(lambda: writer.patches >= restarted + 10, 20, "writes after the restart")
         writer.stop()
         expected = finals(server)
         wait_for(lambda: holds(expected), 30, "the crawler holds every final version")
