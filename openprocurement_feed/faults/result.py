@@ -1,0 +1,75 @@
+"""One row of the matrix and its judgement: is the promise kept?"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .measure import RECOVERY_LIMIT
+
+#: The 5xx answers of the promise (each with Retry-After and a JSON error
+#: body): the database is unavailable (503), a write's outcome is unknown (504).
+PROMISED_5XX = frozenset({"503", "504"})
+#: A cell's outcome: the promise kept, the watermark's expected loss
+#: (a commit delayed past W, shown and flagged by the health verdict), or broken.
+KEPT, EXPECTED, BROKEN = "kept", "expected loss", "BROKEN"
+
+
+@dataclass
+class CellResult:
+    """The figures of one cell in one order (see :mod:`.measure`)."""
+
+    cell: str
+    kind: str
+    target: str
+    command: str
+    order: str
+    sustained: bool
+    delayed_commit: bool
+    #: answers by status (``none``: no HTTP answer)
+    answers: dict[str, int]
+    #: 5xx answers without Retry-After or a JSON error body
+    bare_errors: int
+    acknowledged: int
+    lost: int
+    lost_ids: list[str]
+    duplicates: int
+    #: the longest time (s) no feed read or object view was answered
+    longest_unanswered_s: float
+    #: seconds from the fault's end until a read and a write were answered
+    recovery_s: float | None
+    #: the worst health verdict of the feed seen during the cell
+    verdict: str | None
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    outcome: str = KEPT
+
+    def judge(self) -> CellResult:
+        """Fill :attr:`problems` and :attr:`outcome`."""
+        problems = []
+        errors = sum(
+            count
+            for status, count in self.answers.items()
+            if status.isdigit() and int(status) >= 500 and status not in PROMISED_5XX
+        )
+        if errors:
+            problems.append(f"{errors} answer(s) 5xx other than 503 and 504")
+        if self.answers.get("none"):
+            problems.append(f"{self.answers['none']} request(s) without an HTTP answer")
+        if self.bare_errors:
+            problems.append(f"{self.bare_errors} 5xx answer(s) without Retry-After or a JSON body")
+        expected = self.delayed_commit and self.order == "watermark"
+        if self.lost and not expected:
+            problems.append(f"{self.lost} acknowledged write(s) lost")
+        if self.duplicates:
+            problems.append(f"{self.duplicates} duplicate(s) from a retried create")
+        if self.recovery_s is None or self.recovery_s > RECOVERY_LIMIT:
+            problems.append(f"not answered within {RECOVERY_LIMIT:g} s of the fault's end")
+        if expected and self.lost and self.verdict != "violated":
+            problems.append(f"the health verdict stayed {self.verdict} while writes were lost")
+        self.problems = problems
+        self.outcome = BROKEN if problems else EXPECTED if expected and self.lost else KEPT
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,279 @@
+"""Running the matrix: one order's app on a database with test commands,
+the load, and every cell in turn.
+
+For each order the demo app (``feed.order``, ``feed.sequencer = thread``)
+is served on 127.0.0.1 by waitress on a fresh database; tenders are
+created, then writers (transactions held open ``demo.write_delay_ms``), a
+crawler following ``next_page``, a long-poll crawler and a read probe run
+for the whole order. Each cell (:func:`run_cell`):
+
+1. arms its fault for ``hold`` seconds (a transient one fails its next
+   ``times`` commands in that time), then clears it;
+2. waits until a read and a write started after the fault's end were
+   answered (at most ``recover_timeout`` seconds);
+3. pauses the writers and lets the crawlers catch up (``W`` plus
+   ``settle`` seconds at most: a change that shows later than that is
+   counted lost), then compares each write acknowledged
+   during the cell with the database and with what each crawler got;
+4. resumes the writers for the next cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymongo
+from pymongo.errors import PyMongoError
+
+from ..demo.auth import PACKAGED_AUTH_FILE
+from ..demo.load import Access
+from ..race.crawler import Crawler
+from ..race.feed import FeedClient
+from ..race.load import create_many
+from . import measure
+from .cells import Cell
+from .failpoint import FailPoint
+from .load import MARKER, FaultWriter, Log, Pausable, ReadProbe
+from .result import CellResult
+
+Progress = Callable[[str], None]
+ORDERS = ("watermark", "commit")
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """The load and the timing of a matrix run.
+
+    :param uri: a database with test commands enabled; None starts the
+        embedded server with ``--enable-test-commands``.
+    """
+
+    cells: tuple[Cell, ...]
+    orders: tuple[str, ...] = ORDERS
+    watermark: float = 1.0
+    hold: float = 2.0
+    recover_timeout: float = 20.0
+    settle: float = 10.0
+    writers: int = 4
+    rate: float = 5.0
+    tenders: int = 30
+    write_delay: str = "5-40"
+    longpoll: float = 5.0
+    uri: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def app_names(registry: Any) -> dict[str, str]:
+    """The ``appName`` of each role's client in the app of ``registry``."""
+    from ..roles import ROLES, app_name_of
+
+    names = dict(ROLES)
+    web = app_name_of(registry.feed_store.client)
+    if web:
+        names["web"] = web
+    return names
+
+
+class OrderRun:
+    """One order's app, load and instruments (:meth:`start`, :meth:`close`)."""
+
+    def __init__(self, config: MatrixConfig, uri: str, order: str, progress: Progress, drop: bool = False) -> None:
+        from ..demo.server import DemoServer
+
+        self.config = config
+        self.order = order
+        self.progress = progress
+        self.db_name = "faults_" + uuid.uuid4().hex[:12]
+        self.drop = drop
+        settings = {
+            "mongodb.uri": uri,
+            "mongodb.db_name": self.db_name,
+            "feed.watermark_seconds": repr(float(config.watermark)),
+            "feed.order": order,
+            "feed.sequencer": "thread",
+            "demo.write_delay_ms": config.write_delay,
+            "demo.auth_file": PACKAGED_AUTH_FILE,
+            **config.extra,
+        }
+        self.server = DemoServer(settings, threads=16)
+        self.log = Log()
+        self.writers: list[FaultWriter] = []
+        self.crawlers: list[Crawler] = []
+        self.probe: ReadProbe | None = None
+        self.names: dict[str, str] = {}
+
+    def start(self) -> OrderRun:
+        server = self.server.start()
+        registry = server.registry
+        if registry.feed_sequencer is not None:
+            registry.feed_sequencer.wait_ready(timeout=30)
+        self.names = app_names(registry)
+        api = server.api_url
+        access = Access(server.writer_key)
+        config = self.config
+        ids = create_many(api, config.tenders, large=False, access=access)
+        feed_url = f"{api}/tenders"
+        self.crawlers = [
+            Crawler(FeedClient(feed_url, limit=100), 0.05),
+            Crawler(FeedClient(feed_url, limit=100, longpoll=config.longpoll), 0.05, name="longpoll-crawler"),
+        ]
+        health = server.url + registry.feed_settings.health_path
+        self.probe = ReadProbe(api, health, "tenders", ids, self.log)
+        self.writers = [
+            FaultWriter(api, ids, self.log, access, rate=config.rate, seed=number, name=f"writer-{number}")
+            for number in range(config.writers)
+        ]
+        for thread in (*self.crawlers, self.probe, *self.writers):
+            thread.start()
+        return self
+
+    def wait_recovered(self, fault_end: float) -> None:
+        """Until a read and a write started after ``fault_end`` were
+        answered, or the recovery time-out."""
+        deadline = fault_end + self.config.recover_timeout
+        while time.monotonic() < deadline:
+            if measure.recovery(self.log.answers, fault_end) is not None:
+                return
+            time.sleep(0.05)
+
+    def finals(self, ids: Sequence[str]) -> dict[str, str]:
+        """The stored ``dateModified`` of each tender of ``ids``."""
+        collection = self.server.registry.feed_store.collection("tenders")
+        finals: dict[str, str] = {}
+        for start in range(0, len(ids), 100):
+            for doc in collection.find({"_id": {"$in": list(ids[start : start + 100])}}, {"dateModified": 1}):
+                finals[doc["_id"]] = doc["dateModified"]
+        return finals
+
+    def caught_up(self, ids: Sequence[str]) -> dict[str, str]:
+        """Wait until every crawler holds the final version of each tender
+        of ``ids`` (at most ``W + settle`` seconds); the finals."""
+        finals = self.finals(ids)
+        wait = (self.config.watermark if self.order == "watermark" else 0.0) + self.config.settle
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if all(crawler.log.saw(tid, final) for crawler in self.crawlers for tid, final in finals.items()):
+                break
+            time.sleep(0.1)
+        return finals
+
+    def stored_titles(self, keys: Sequence[str]) -> list[str]:
+        """The titles of the tenders created with one of ``keys``."""
+        collection = self.server.registry.feed_store.collection("tenders")
+        titles = [MARKER + key for key in keys]
+        return [doc["title"] for doc in collection.find({"title": {"$in": titles}}, {"title": 1})]
+
+    def run_cell(self, cell: Cell, fail: FailPoint) -> CellResult:
+        """Arm ``cell``'s fault, clear it, measure (see the module)."""
+        for writer in self.writers:
+            writer.resume()
+        began = time.monotonic()
+        with fail.armed(cell.fail_point(self.names[cell.role])):
+            time.sleep(self.config.hold)
+        fault_end = time.monotonic()
+        self.wait_recovered(fault_end)
+        for writer in self.writers:
+            writer.pause()
+        log = self.log
+        quiet = time.monotonic()
+        acks = [ack for ack in log.acks if began <= ack.at <= quiet]
+        finals = self.caught_up(sorted({ack.tender_id for ack in acks}))
+        ended = time.monotonic()
+        answers = measure.in_window(log.answers, began, quiet)
+        keys = [key for key, at in log.keys if began <= at < quiet]
+        lost = measure.lost_writes(acks, finals, [crawler.log.saw for crawler in self.crawlers])
+        return CellResult(
+            cell=cell.name,
+            kind=cell.kind,
+            target=self.names[cell.role],
+            command=cell.command,
+            order=self.order,
+            sustained=cell.sustained,
+            delayed_commit=cell.delayed_commit,
+            answers=measure.status_counts(answers),
+            bare_errors=measure.bare_errors(answers),
+            acknowledged=len(acks),
+            lost=len(lost),
+            lost_ids=lost,
+            duplicates=measure.duplicates(keys, self.stored_titles(keys), MARKER),
+            longest_unanswered_s=measure.longest_unanswered(log.answers, began, quiet),
+            recovery_s=measure.recovery(log.answers, fault_end),
+            verdict=measure.worst_verdict(log.verdicts, began, ended),
+            seconds=round(ended - began, 1),
+        ).judge()
+
+    def close(self) -> None:
+        """Stop the load and the app, drop the database."""
+        pausable: list[Pausable] = [*self.writers, *([self.probe] if self.probe else [])]
+        threads: list[Pausable | Crawler] = [*pausable, *self.crawlers]
+        for thread in threads:
+            thread.stop()
+        notifier = getattr(self.server.registry, "feed_longpoll", None)
+        if notifier is not None:
+            notifier.stop()
+        for thread in threads:
+            if thread.is_alive():
+                thread.join(timeout=35)
+        for crawler in self.crawlers:
+            crawler.client.close()
+        sequencer = getattr(self.server.registry, "feed_sequencer", None)
+        if sequencer is not None:
+            sequencer.stop()
+        try:
+            if self.drop:
+                # A transaction a fault left open may hold the database a
+                # while: the drop is bounded (an embedded server's folder
+                # goes away with it anyway).
+                with pymongo.timeout(10), contextlib.suppress(PyMongoError):
+                    self.server.registry.feed_store.client.drop_database(self.db_name)
+        finally:
+            self.server.close()
+
+
+def run_matrix(config: MatrixConfig, progress: Progress = lambda line: None) -> list[CellResult]:
+    """Every cell of ``config`` in each of its orders; one result each."""
+    from ..embedded import EmbeddedServer
+
+    embedded = None
+    uri = config.uri
+    if uri is None:
+        progress("starting the embedded database with test commands")
+        embedded = EmbeddedServer(extra_args=("--enable-test-commands",)).start()
+        uri = embedded.uri
+    fail = FailPoint(uri)
+    results: list[CellResult] = []
+    try:
+        fail.clear()
+        for order in config.orders:
+            progress(f"[{order}] starting the demo app and the load")
+            run = OrderRun(config, uri, order, progress, drop=embedded is None).start()
+            try:
+                for number, cell in enumerate(config.cells, 1):
+                    result = run.run_cell(cell, fail)
+                    results.append(result)
+                    progress(f"[{order}] {number}/{len(config.cells)} {progress_line(result)}")
+            finally:
+                run.close()
+    finally:
+        fail.close()
+        if embedded is not None:
+            embedded.stop()
+    return results
+
+
+def progress_line(result: CellResult) -> str:
+    """One line about a finished cell."""
+    answers = " ".join(f"{status}x{count}" for status, count in result.answers.items())
+    recovered = "-" if result.recovery_s is None else f"{result.recovery_s:g} s"
+    text = (
+        f"{result.cell}: {answers}; lost {result.lost}, duplicates {result.duplicates}, "
+        f"recovered in {recovered}, verdict {result.verdict}: {result.outcome}"
+    )
+    if result.problems:
+        text += " (" + "; ".join(result.problems) + ")"
+    return text

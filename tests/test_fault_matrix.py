@@ -1,0 +1,168 @@
+"""The fault matrix's fast subset, through the library the command runs.
+
+Each kind of fault once, on its most exposed target, in the order where it
+matters (the delayed commit in both): the demo app serves the seed's load on
+a module's own embedded server started with test commands, the fail point
+is aimed by ``appName`` at one client. What must hold in every cell: no
+acknowledged write lost, no duplicate from a retried create, no 5xx but
+503/504 with Retry-After, reads answered again within 10 s of the fault's
+end. The commit delayed past W loses writes in the watermark order, and the
+health verdict turns ``violated``; the commit order loses nothing.
+
+The cells' fail point commands and the measures are checked on their own
+first (no server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.faults import measure
+from openprocurement_feed.faults.cells import SEQUENCER, WEB, Cell, fast_matrix, full_matrix, select
+from openprocurement_feed.faults.load import Ack, Answer
+from openprocurement_feed.faults.result import BROKEN, EXPECTED, KEPT, CellResult
+from openprocurement_feed.faults.run import MatrixConfig, run_matrix
+
+# -- the cells and the measures, alone ------------------------------------------
+
+
+def test_a_cell_carries_the_labels_a_real_server_adds() -> None:
+    commit = Cell("election", WEB, "commitTransaction", 10107).fail_point("web-app")
+    assert commit == {
+        "mode": {"times": 3},
+        "data": {
+            "failCommands": ["commitTransaction"],
+            "appName": "web-app",
+            "errorCode": 10107,
+            "errorLabels": ["RetryableWriteError"],
+        },
+    }
+    assert Cell("election", WEB, "update", 91).labels() == ["TransientTransactionError"]
+    assert Cell("election", SEQUENCER, "getMore", 189).labels() == ["ResumableChangeStreamError"]
+    assert Cell("election", WEB, "find", 11602).labels() == []
+    wce = Cell("write-concern", WEB, "update", 64, sustained=True).fail_point("x")
+    assert wce["mode"] == "alwaysOn" and wce["data"]["writeConcernError"]["errInfo"] == {"wtimeout": True}
+    assert Cell("slow", WEB, "commitTransaction").fail_point("x")["data"]["blockConnection"] is True
+    assert Cell("dropped", WEB, "find").fail_point("x")["data"]["closeConnection"] is True
+
+
+def test_the_matrix_has_every_kind_and_filters_by_words() -> None:
+    cells = full_matrix()
+    assert {cell.kind for cell in cells} == {"election", "dropped", "write-concern", "max-time", "history-lost", "slow"}
+    assert len({cell.name for cell in cells}) == len(cells)
+    assert {cell.code for cell in cells if cell.kind == "election"} == {10107, 11602, 189, 91}
+    assert cells[-1].delayed_commit and not cells[0].delayed_commit
+    assert {cell.kind for cell in fast_matrix()} == {cell.kind for cell in cells}
+    chosen = select(cells, ["election sequencer:getMore"])
+    assert [cell.sustained for cell in chosen] == [False, True]
+    assert select(cells, ["nothing-like-this"]) == []
+
+
+def test_the_measures_of_a_cell() -> None:
+    answers = [
+        Answer("feed", 200, 0.0, 0.1),
+        Answer("feed", 503, 0.2, 0.3, bare=False),
+        Answer("patch", 500, 0.4, 0.5, bare=True),
+        Answer("feed", 200, 1.0, 3.5),
+        Answer("create", 201, 4.0, 4.2),
+        Answer("health", 503, 4.0, 4.1, bare=True),
+    ]
+    assert measure.status_counts(answers) == {"200": 2, "201": 1, "500": 1, "503": 1}
+    assert measure.bare_errors(answers) == 1  # the health view's violated 503 aside
+    assert measure.longest_unanswered(answers, 0.0, 4.0) == 3.4
+    assert measure.recovery(answers, 0.9) == 3.3
+    assert measure.recovery(answers, 4.5) is None
+    acks = [Ack("a", "2026-01-01T00:00:02", 1.0), Ack("b", "2026-01-01T00:00:02", 1.0), Ack("c", "x", 1.0)]
+    finals = {"a": "2026-01-01T00:00:03", "b": "2026-01-01T00:00:01"}
+    saw = {("a", "2026-01-01T00:00:03")}
+    assert measure.lost_writes(acks, finals, [lambda i, d: (i, d) in saw]) == ["b", "c"]
+    assert measure.duplicates(["k1", "k2"], ["m k1", "m k1", "m k2", "m k3", "m k3"], "m ") == 1
+    verdicts = [(1.0, "ok"), (2.0, "violated"), (5.0, "at-risk")]
+    assert measure.worst_verdict(verdicts, 0.0, 3.0) == "violated"
+    assert measure.worst_verdict(verdicts, 3.0, 4.0) is None
+
+
+def _result(**changes: object) -> CellResult:
+    values: dict[str, object] = dict(
+        cell="slow web:commitTransaction x3",
+        kind="slow",
+        target="web",
+        command="commitTransaction",
+        order="watermark",
+        sustained=False,
+        delayed_commit=True,
+        answers={"200": 5, "504": 1},
+        bare_errors=0,
+        acknowledged=5,
+        lost=2,
+        lost_ids=["a", "b"],
+        duplicates=0,
+        longest_unanswered_s=3.0,
+        recovery_s=0.5,
+        verdict="violated",
+    )
+    values.update(changes)
+    return CellResult(**values).judge()  # type: ignore[arg-type]
+
+
+def test_a_cell_is_judged_by_the_promise() -> None:
+    assert _result().outcome == EXPECTED
+    assert _result(verdict="ok").outcome == BROKEN
+    assert _result(order="commit").outcome == BROKEN
+    assert _result(lost=0, lost_ids=[]).outcome == KEPT
+    assert _result(answers={"500": 1}, lost=0).problems == ["1 answer(s) 5xx other than 503 and 504"]
+    assert _result(lost=0, recovery_s=None).outcome == BROKEN
+    assert _result(lost=0, duplicates=1).outcome == BROKEN
+
+
+# -- the fast subset against the demo, on a real server ---------------------------
+
+
+@pytest.fixture(scope="module")
+def fault_uri() -> Iterator[str]:
+    """This module's own server, with ``configureFailPoint``."""
+    with EmbeddedServer(extra_args=("--enable-test-commands",)) as server:
+        yield server.uri
+
+
+def _run(uri: str, order: str, cells: list[Cell]) -> list[CellResult]:
+    config = MatrixConfig(cells=tuple(cells), orders=(order,), hold=1.5, uri=uri)
+    return run_matrix(config)
+
+
+def _assert_kept(result: CellResult) -> None:
+    where = f"[{result.order}] {result.cell}: {result.answers}"
+    assert result.lost == 0, where + f" lost {result.lost_ids}"
+    assert result.duplicates == 0, where
+    assert not [status for status in result.answers if status.startswith("5") and status not in ("503", "504")], where
+    assert result.answers.get("none", 0) == 0 and result.bare_errors == 0, where
+    assert result.recovery_s is not None and result.recovery_s <= measure.RECOVERY_LIMIT, where
+    assert result.outcome == KEPT, where + f" {result.problems}"
+
+
+@pytest.mark.slow
+def test_the_watermark_order_loses_a_commit_delayed_past_w_and_says_so(fault_uri: str) -> None:
+    delayed = Cell("slow", WEB, "commitTransaction")
+    cells = [Cell("write-concern", WEB, "commitTransaction", 64), Cell("max-time", WEB, "find", 50, True), delayed]
+    *kept, late = _run(fault_uri, "watermark", cells)
+    for result in kept:
+        _assert_kept(result)
+    assert late.lost > 0 and late.verdict == "violated", (late.answers, late.lost_ids, late.verdict)
+    assert late.duplicates == 0 and late.outcome == EXPECTED, late.problems
+
+
+@pytest.mark.slow
+def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: str) -> None:
+    cells = [
+        Cell("election", WEB, "commitTransaction", 10107),
+        Cell("dropped", WEB, "commitTransaction"),
+        Cell("election", SEQUENCER, "getMore", 11602, sustained=True),
+        Cell("write-concern", SEQUENCER, "update", 64),
+        Cell("history-lost", SEQUENCER, "getMore", 286),
+        Cell("slow", WEB, "commitTransaction"),
+    ]
+    for result in _run(fault_uri, "commit", cells):
+        _assert_kept(result)
