@@ -23,7 +23,7 @@ MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[
 
 
 .PHONY: test-unit test-stress
-.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots
+.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots faults
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,9 @@ race: $(STAMP_RUN)
 
 check-feed: $(STAMP_RUN)
 	$(BIN)/openprocurement-feed check $(ARGS)
+
+faults: $(STAMP_RUN)
+	$(BIN)/openprocurement-feed faults $(ARGS)
 
 bench: $(STAMP_TEST)
 	$(BIN)/python -m benchmarks $(ARGS)
