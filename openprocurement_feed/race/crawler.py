@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from .feed import FeedClient, FeedError, FeedPage
 
+#: Pages whose reads a crawler's log keeps (a long ``check`` stays bounded).
+KEPT_READS = 200_000
 #: An empty long-poll answer quicker than this did not wait (a server
 #: shutting down): the crawler pauses its poll interval before asking again.
 MIN_LONGPOLL_WAIT = 0.05
@@ -36,9 +39,10 @@ class CrawlerLog:
     seen: dict[str, dict[str, float]] = field(default_factory=dict)
     #: ``stamps[id][dateModified]``: the version's ``public_modified``
     stamps: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: every page read: ``(wall-clock time, items, the newest public_modified
-    #: delivered so far)`` (in the watermark order, where its offset stands)
-    reads: list[tuple[float, int, float | None]] = field(default_factory=list)
+    #: the last :data:`KEPT_READS` pages read: ``(wall-clock time, items, the
+    #: newest public_modified delivered so far)`` (in the watermark order,
+    #: where its offset stands)
+    reads: deque[tuple[float, int, float | None]] = field(default_factory=lambda: deque(maxlen=KEPT_READS))
     #: the newest ``public_modified`` delivered so far, any document
     reached: float | None = None
     #: the newest ``public_modified`` delivered per id
