@@ -249,7 +249,7 @@ class DatabaseStream:
                 raise
             except PyMongoError as error:
                 for follower in self.followers.values():
-                    follower.stats.restarts += 1
+                    follower.stats.failed(error)
                 log.warning(
                     "Sequencer of %s: %s: %s; retrying in %g s", self.name, type(error).__name__, error, retry_seconds
                 )

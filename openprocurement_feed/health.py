@@ -15,6 +15,13 @@ Verdicts (:func:`feed_health`):
 * commit order: ``at-risk`` when the newest write is more than
   ``feed.checkpoint_threshold_seconds`` past the checkpoint (the sequencer
   is not keeping up), else ``ok``; ``unknown`` before the first checkpoint.
+
+While the in-process follower (``feed.sequencer = thread`` or ``observe``)
+cannot read its change stream or write its positions (an election, a
+dropped connection, a lost stream history: it retries), the view says so at
+once (``watcher.failing``) and the verdict is at least ``at-risk`` in commit
+order (the checkpoint stands still) and ``unknown`` in watermark order (the
+lag is not measured), whatever the figures published before the fault say.
 """
 
 from __future__ import annotations
@@ -162,6 +169,36 @@ def feed_health(
     return body
 
 
+def follower_failure(registry: Any, collection: str) -> dict[str, Any] | None:
+    """How long the in-process follower of ``collection`` has been kept
+    from following by database errors, and the last one; None while it
+    follows (or where it runs in another process)."""
+    sequencer = getattr(registry, "feed_sequencer", None)
+    for follower in getattr(sequencer, "followers", ()):
+        since = follower.stats.failing_since
+        if follower.name == collection and since is not None:
+            return {"seconds": round(max(0.0, time.time() - since), 1), "error": follower.stats.last_error}
+    return None
+
+
+def with_follower_failure(registry: Any, feed: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (:func:`feed_health`) with the in-process follower's
+    failure, if any: ``watcher.failing`` and a verdict at least
+    ``at-risk`` (commit order) or ``unknown`` (watermark order)."""
+    failure = follower_failure(registry, feed.collection)
+    if failure is None:
+        return body
+    body["watcher"]["failing"] = failure
+    floor = "at-risk" if feed.order == COMMIT else "unknown"
+    if VERDICTS.index(body["verdict"]) < VERDICTS.index(floor):
+        what = "the checkpoint does not move" if feed.order == COMMIT else "the lag is not measured"
+        body["verdict"] = floor
+        body["reason"] = (
+            f"the in-process follower has failed for {failure['seconds']:g} s ({failure['error']}); it retries, {what}"
+        )
+    return body
+
+
 def _watermark_verdict(watermark: float, running: bool, lag: Mapping[str, Any]) -> tuple[str, str]:
     if not running:
         return "unknown", HOW_TO_WATCH
@@ -271,6 +308,7 @@ def feed_figures(registry: Any) -> list[Any]:
     figures = []
     for feed in registry.feed_definitions.values():
         body = feed_health(db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
+        body = with_follower_failure(registry, feed, body)
         checkpoint = body["checkpoint"] or {}
         figures.append(
             FeedFigures(
@@ -291,6 +329,7 @@ def health_report(registry: Any) -> dict[str, Any]:
     feeds = []
     for feed in registry.feed_definitions.values():
         item = feed_health(store.db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
+        item = with_follower_failure(registry, feed, item)
         item["path"] = feed.route_path or f"{settings.route_prefix}/{feed.path}"
         notifier = getattr(registry, "feed_longpoll", None)
         if notifier is not None:

@@ -139,6 +139,22 @@ class SequencerStats:
     checkpoint: Timestamp | None = None
     published_at: float = 0.0
     delays_ms: deque[float] = field(default_factory=lambda: deque(maxlen=5000))
+    #: since when (wall-clock seconds) its database errors have kept it from
+    #: following, None while it follows; the health view shows it
+    failing_since: float | None = None
+    #: the last of those errors, one line
+    last_error: str = ""
+
+    def failed(self, error: BaseException) -> None:
+        """Record a database error that stopped the stream (it is retried)."""
+        self.restarts += 1
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        self.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+
+    def following(self) -> None:
+        """A batch was read and handled: whatever failed before is over."""
+        self.failing_since = None
 
     def delay_summary(self) -> dict[str, float | None]:
         """Median, p99 and max of the recent commit-to-checkpoint delays (ms)."""
@@ -661,6 +677,7 @@ class CollectionSequencer:
         read after a batch published mid-stream publishes its last event's
         time (the stream is caught up there)."""
         self.measure(events)
+        self.stats.following()
         if self.observe:
             self.stats.events += len(events)
             self.publisher.maybe_publish(self.window)
@@ -782,7 +799,7 @@ class CollectionSequencer:
             except SequencerError:
                 raise
             except PyMongoError as error:
-                self.stats.restarts += 1
+                self.stats.failed(error)
                 log.warning(
                     "Sequencer of %r: %s: %s; retrying in %g s", self.name, type(error).__name__, error, retry_seconds
                 )

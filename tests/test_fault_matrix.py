@@ -7,7 +7,8 @@ is aimed by ``appName`` at one client. What must hold in every cell: no
 acknowledged write lost, no duplicate from a retried create, no 5xx but
 503/504 with Retry-After, reads answered again within 10 s of the fault's
 end. The commit delayed past W loses writes in the watermark order, and the
-health verdict turns ``violated``; the commit order loses nothing.
+health verdict turns ``violated``; the commit order loses nothing, and its
+verdict is ``at-risk`` while the sequencer cannot follow.
 
 The cells' fail point commands and the measures are checked on their own
 first (no server).
@@ -164,5 +165,8 @@ def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: 
         Cell("history-lost", SEQUENCER, "getMore", 286),
         Cell("slow", WEB, "commitTransaction"),
     ]
-    for result in _run(fault_uri, "commit", cells):
+    results = _run(fault_uri, "commit", cells)
+    for result in results:
         _assert_kept(result)
+    # the sequencer's outage shows in the health view while it lasts
+    assert results[2].verdict == "at-risk", results[2]
