@@ -17,7 +17,7 @@ from pyramid.exceptions import ConfigurationError
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
-from openprocurement_feed.roles import LONGPOLL, SEQUENCER, WEB, app_name_of
+from openprocurement_feed.roles import LONGPOLL, SEQUENCER, WEB, app_name_of, role_store
 from openprocurement_feed.settings import parse_settings
 
 
@@ -86,8 +86,6 @@ def test_uri_appname_names_the_web_client_only(settings: dict[str, str]) -> None
     named = uri + ("&" if "?" in uri else "?") + "appname=web"
     app = main({}, **dict(settings, **{"mongodb.uri": named, "mongodb.app_name": "ignored-for-the-uri"}))
     try:
-        from openprocurement_feed.roles import role_store
-
         assert app_name_of(app.registry.feed_store.client) == "web"
         assert app_name_of(role_store(app.registry, SEQUENCER).client) == SEQUENCER
     finally:

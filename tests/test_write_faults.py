@@ -378,3 +378,19 @@ def test_concurrent_creates_with_one_key_make_one_object(fault_uri: str, observe
     finally:
         shutdown(app.registry)
         observer.drop_database(name)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [dict(errorCode=50), dict(errorCode=10107), dict(closeConnection=True)],
+    ids=["max-time", "not-writable-primary", "dropped"],
+)
+def test_health_and_readiness_answer_under_a_read_fault(demo: tuple[Any, Any], arm: Arm, data: dict[str, Any]) -> None:
+    app, _ = demo
+    post(app, "healthy")
+    arm(["find", "aggregate", "count", "ping", "hello", "isMaster"], mode="alwaysOn", **data)
+    for path in ("/api/2.5/feeds/health", "/api/2.5/feeds/health/ready"):
+        answer = app.get(path, status="*")
+        assert answer.status_int in (200, 503), (path, answer.text)
+        if answer.status_int == 503:
+            assert answer.headers.get("Retry-After") and answer.json["status"] == "error", (path, answer.text)
