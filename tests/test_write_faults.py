@@ -331,7 +331,7 @@ def test_with_transaction_still_retries_a_transient_statement(host_store: Any, a
     from openprocurement_feed import NotSaved
 
     arm(["update"], mode={"times": 1}, errorCode=112, errorLabels=["TransientTransactionError"])
-    attempts: list[BaseException | None] = []
+    attempts: list[NotSaved] = []
 
     def write(session: Any) -> dict[str, Any]:
         try:
@@ -342,7 +342,7 @@ def test_with_transaction_still_retries_a_transient_statement(host_store: Any, a
 
     with host_store.client.start_session() as session:
         result = session.with_transaction(write)
-    assert len(attempts) == 1 and attempts[0] is not None and attempts[0].has_error_label("TransientTransactionError")
+    assert len(attempts) == 1 and attempts[0].has_error_label("TransientTransactionError")
     assert host_store.collection("tenders").find_one({"_id": result["_id"]})["title"] == "in transaction"
 
 
