@@ -149,10 +149,15 @@ def test_wtimeout_on_commit_of_a_change_is_outcome_unknown_and_applied(demo: tup
     assert db.tenders.find_one({"_id": tender["id"]})["description"] == "changed"
 
 
-def test_a_write_concern_error_on_a_statement_aborts_the_change(demo: tuple[Any, Any], arm: Arm) -> None:
+@pytest.mark.parametrize(
+    "error", [WTIMEOUT, dict(WTIMEOUT, code=100, codeName="UnsatisfiableWriteConcern")], ids=["64", "100"]
+)
+def test_a_write_concern_error_on_a_statement_aborts_the_change(
+    demo: tuple[Any, Any], arm: Arm, error: dict[str, Any]
+) -> None:
     app, db = demo
     tender = post(app, "statement").json["data"]
-    arm(["update"], writeConcernError=dict(WTIMEOUT, code=100, codeName="UnsatisfiableWriteConcern"))
+    arm(["update"], writeConcernError=error)
     answer = app.patch_json(f"{TENDERS}/{tender['id']}", {"data": {"description": "lost?"}}, status="*")
     assert_json_error(answer, 503, "not_saved")
     assert "description" not in db.tenders.find_one({"_id": tender["id"]})
