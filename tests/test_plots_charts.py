@@ -139,3 +139,30 @@ def test_the_production_tests_plot_needs_svg_or_png(capsys: pytest.CaptureFixtur
     )
     assert child.returncode == 2
     assert "test-ops: --plot: 'timeline.jpg': the picture's file name must end in .svg or .png" in child.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "openprocurement_feed.plots", "shape", "{dir}/shape.svg"],
+        ["-m", "benchmarks", "orders", "--plot", "{dir}"],
+    ],
+    ids=["shape", "benchmark"],
+)
+def test_without_matplotlib_the_tools_name_the_extra(tmp_path: Path, argv: list[str]) -> None:
+    import subprocess  # nosec B404 - the test runs its own interpreter
+    import sys
+
+    # The child cannot import matplotlib, as without the extra.
+    code = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        f"sys.argv = {[arg.format(dir=tmp_path) for arg in argv[1:]]!r}; "
+        "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+    )
+    child = subprocess.run(  # nosec B603 - our own interpreter and code
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 2, child.stderr
+    assert "pip install 'openprocurement_feed[plot]'" in child.stderr
+    assert "Traceback" not in child.stderr
+    assert not list(tmp_path.iterdir())

@@ -53,9 +53,9 @@ BOX_SIZE = (2.9, 1.25)
 def plot_shape(path: str, workers: int = 3, sequencers: int = 2) -> str:
     """The production shape into ``path`` (``workers`` and ``sequencers``
     as deployed, e.g. by ``make test-ops``)."""
+    plt = pyplot()  # first: without matplotlib, PlotExtraMissing
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    plt = pyplot()
     figure, ax = plt.subplots(figsize=(9.5, 6.2))
     width, height = BOX_SIZE
     for _, (x, y), text, colour in BOXES:
