@@ -399,3 +399,13 @@ def test_health_and_readiness_answer_under_a_read_fault(demo: tuple[Any, Any], a
         assert answer.status_int in (200, 503), (path, answer.text)
         if answer.status_int == 503:
             assert answer.headers.get("Retry-After") and answer.json["status"] == "error", (path, answer.text)
+
+
+def test_the_openapi_document_names_the_key_and_the_fault_answers(demo: tuple[Any, Any]) -> None:
+    app, _ = demo
+    create = app.get("/api/2.5/feeds/openapi.json").json["paths"][TENDERS]["post"]
+    (header,) = [p for p in create["parameters"] if p["in"] == "header"]
+    assert header["name"] == "Idempotency-Key" and header["schema"]["maxLength"] >= 128
+    assert "Idempotent-Replayed" in create["responses"]["201"]["headers"]
+    assert "outcome_unknown" in create["responses"]["504"]["description"]
+    assert "not_saved" in create["responses"]["503"]["description"]
