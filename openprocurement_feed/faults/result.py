@@ -10,8 +10,10 @@ from .measure import RECOVERY_LIMIT
 #: The 5xx answers of the promise (each with Retry-After and a JSON error
 #: body): the database is unavailable (503), a write's outcome is unknown (504).
 PROMISED_5XX = frozenset({"503", "504"})
-#: A cell's outcome: the promise kept, the watermark's expected loss
-#: (a commit delayed past W, shown and flagged by the health verdict), or broken.
+#: A cell's outcome: the promise kept, the watermark's expected loss (a
+#: commit that landed later than W after its stamp, flagged by the health
+#: verdict ``violated`` in the same cell: the watermark order's bet, lost
+#: and said so), or broken.
 KEPT, EXPECTED, BROKEN = "kept", "expected loss", "BROKEN"
 
 
@@ -58,17 +60,17 @@ class CellResult:
             problems.append(f"{self.answers['none']} request(s) without an HTTP answer")
         if self.bare_errors:
             problems.append(f"{self.bare_errors} 5xx answer(s) without Retry-After or a JSON body")
-        expected = self.delayed_commit and self.order == "watermark"
+        watermark = self.order == "watermark"
+        expected = watermark and self.lost > 0 and self.verdict == "violated"
         if self.lost and not expected:
-            problems.append(f"{self.lost} acknowledged write(s) lost")
+            why = " while the health verdict stayed " + str(self.verdict) if watermark else ""
+            problems.append(f"{self.lost} acknowledged write(s) lost{why}")
         if self.duplicates:
             problems.append(f"{self.duplicates} duplicate(s) from a retried create")
         if self.recovery_s is None or self.recovery_s > RECOVERY_LIMIT:
             problems.append(f"not answered within {RECOVERY_LIMIT:g} s of the fault's end")
-        if expected and self.lost and self.verdict != "violated":
-            problems.append(f"the health verdict stayed {self.verdict} while writes were lost")
         self.problems = problems
-        self.outcome = BROKEN if problems else EXPECTED if expected and self.lost else KEPT
+        self.outcome = BROKEN if problems else EXPECTED if expected else KEPT
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -43,6 +43,8 @@ from .result import CellResult
 
 Progress = Callable[[str], None]
 ORDERS = ("watermark", "commit")
+#: The health view's lag window in the matrix's app (s): shorter than a cell.
+LAG_WINDOW = 5.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ class MatrixConfig:
 
     :param uri: a database with test commands enabled; None starts the
         embedded server with ``--enable-test-commands``.
+    :param drop: drop each order's database after its cells (at ``uri``;
+        the embedded server's folder goes away with it). A transaction a
+        fault left open holds the database until the server ends it, and
+        the embedded server answers nothing else while a drop waits for it:
+        a throwaway server need not be cleaned.
     """
 
     cells: tuple[Cell, ...]
@@ -65,6 +72,7 @@ class MatrixConfig:
     write_delay: str = "5-40"
     longpoll: float = 5.0
     uri: str | None = None
+    drop: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -98,6 +106,9 @@ class OrderRun:
             "feed.sequencer": "thread",
             "demo.write_delay_ms": config.write_delay,
             "demo.auth_file": PACKAGED_AUTH_FILE,
+            # the verdict of a cell is that cell's: a late commit shows
+            # while the cell lasts and is gone before the next one
+            "feed.lag_window_seconds": repr(float(LAG_WINDOW)),
             **config.extra,
         }
         self.server = DemoServer(settings, threads=16)
@@ -251,7 +262,7 @@ def run_matrix(config: MatrixConfig, progress: Progress = lambda line: None) -> 
         fail.clear()
         for order in config.orders:
             progress(f"[{order}] starting the demo app and the load")
-            run = OrderRun(config, uri, order, progress, drop=embedded is None).start()
+            run = OrderRun(config, uri, order, progress, drop=config.drop and embedded is None).start()
             try:
                 for number, cell in enumerate(config.cells, 1):
                     result = run.run_cell(cell, fail)
