@@ -16,7 +16,10 @@ first (no server).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -173,3 +176,52 @@ def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: 
         _assert_kept(result)
     # the sequencer's outage shows in the health view while it lasts
     assert results[2].verdict == "at-risk", results[2]
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.1)
+
+
+def test_the_health_view_and_the_metrics_show_a_failing_sequencer_while_it_fails(fault_uri: str) -> None:
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+    from openprocurement_feed.faults.failpoint import FailPoint
+    from openprocurement_feed.roles import SEQUENCER as SEQUENCER_APP
+    from openprocurement_feed.testing import make_settings
+
+    settings = make_settings(
+        fault_uri,
+        "health_" + uuid.uuid4().hex[:8],
+        feed_order="commit",
+        feed_sequencer="thread",
+        feed_metrics_path="/metrics",
+    )
+    app = main({}, **settings)
+    fail = FailPoint(fault_uri)
+    try:
+        assert app.registry.feed_sequencer.wait_ready(timeout=30)
+        web = TestApp(app)
+        health = "/api/2.5/feeds/health"
+
+        def tenders() -> dict[str, Any]:
+            body = web.get(health, expect_errors=True).json
+            return next(feed for feed in body["feeds"] if feed["name"] == "tenders")
+
+        assert tenders()["verdict"] == "ok" and "failing" not in tenders()["watcher"]
+        cell = Cell("election", SEQUENCER, "getMore", 11602, sustained=True)
+        with fail.armed(cell.fail_point(SEQUENCER_APP)):
+            _wait_for(lambda: "failing" in tenders()["watcher"], "the failing sequencer in the health view")
+            feed = tenders()
+            assert feed["verdict"] == "at-risk" and "InterruptedDueToReplStateChange" in feed["reason"]
+            metrics = web.get("/metrics").text
+            assert 'openprocurement_feed_verdict{feed="tenders",verdict="at-risk"} 1.0' in metrics
+        _wait_for(lambda: tenders()["verdict"] == "ok", "the verdict back to ok after the fault")
+        assert "failing" not in tenders()["watcher"]
+    finally:
+        fail.close()
+        shutdown(app.registry)
