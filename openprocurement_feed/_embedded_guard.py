@@ -5,7 +5,8 @@ package) by :class:`openprocurement_feed.embedded.EmbeddedServer`::
 
     python _embedded_guard.py FOLDER -- secantusd-py --storage-path FOLDER ...
 
-It starts the server as its child, forwards SIGTERM and SIGINT to it, waits
+It starts the server as its child, forwards SIGTERM and SIGINT to it (and
+kills it when it has not stopped :data:`KILL_AFTER` seconds later), waits
 for it and then removes ``FOLDER``. The guard dies with the process that
 started it (``PR_SET_PDEATHSIG`` on Linux), so the folder goes away however
 that process ends: a normal exit, SIGINT, or a SIGTERM that Python does not
@@ -22,7 +23,11 @@ import signal
 # bandit B404: runs our own fixed commands, never a shell
 import subprocess  # nosec B404
 import sys
+import threading
 from types import FrameType
+
+#: Seconds a server has to stop after SIGTERM or SIGINT before it is killed.
+KILL_AFTER = 15.0
 
 
 def die_with_parent() -> None:
@@ -52,6 +57,15 @@ def main(argv: list[str]) -> int:
     def forward(signum: int, frame: FrameType | None) -> None:
         if child.poll() is None:
             child.send_signal(signum)
+            # a server that does not stop (stuck in a blocked command) is
+            # killed after KILL_AFTER seconds: nothing is left running
+            timer = threading.Timer(KILL_AFTER, kill)
+            timer.daemon = True
+            timer.start()
+
+    def kill() -> None:
+        if child.poll() is None:
+            child.kill()
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
