@@ -17,8 +17,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest.register_assert_rewrite("openprocurement_feed.testing")
+
+# Hypothesis times its examples: on a loaded machine (the suite's own
+# parallel workers, another process) a slow draw is not a failing test.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 from openprocurement_feed.testing import TEST_WATERMARK, wait_watermark  # noqa: E402
 

@@ -231,6 +231,12 @@ def test_crawler_and_check_against_a_commit_feed_under_concurrent_writers(
         )
         status = cli_main(["check", url, "--duration", "3", "--wait", "0.2", "--interval", "0.1", "--limit", "20"])
         report = capsys.readouterr().out
+        # the load is the premise: a number of patches, however long a
+        # loaded machine takes for them
+        deadline = time.monotonic() + 60
+        while sum(writer.stats.patches for writer in writers) <= 30:
+            assert time.monotonic() < deadline, "the writers made 30 patches within 60 s"
+            time.sleep(0.05)
         for writer in writers:
             writer.stop()
         for writer in writers:

@@ -156,7 +156,7 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         requests.get(f"{api}/tenders?offset={offset}", timeout=10)
     rss_before = rss_kb(worker)
 
-    url = f"{api}/tenders?feed=longpoll&timeout=10&offset={offset}"
+    url = f"{api}/tenders?feed=longpoll&timeout=30&offset={offset}"
     waiters = [Waiter(url) for _ in range(WAITERS)]
     for waiter in waiters:
         waiter.start()
@@ -188,7 +188,8 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         "GET the plans feed": timed(lambda: requests.get(f"{api}/plans", timeout=10))[1],
     }
     slowest = max(ordinary, key=ordinary.__getitem__)
-    assert ordinary[slowest] < 1.0, f"{slowest} took {ordinary[slowest]:.2f} s beside {WAITERS} waiters"
+    # without gevent they would wait for a waiter's timeout (30 s)
+    assert ordinary[slowest] < 5.0, f"{slowest} took {ordinary[slowest]:.2f} s beside {WAITERS} waiters"
     assert waiting(base) == WAITERS, "the ordinary requests released waiters"
     assert not any(waiter.response or waiter.error for waiter in waiters)
 
@@ -202,7 +203,7 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
     assert patched.status_code == 200, patched.text
     changed_at = time.monotonic()
     for waiter in waiters:
-        waiter.join(15)
+        waiter.join(40)
     errors = [waiter.error for waiter in waiters if waiter.error is not None]
     assert not errors, f"{len(errors)} waiters failed: {errors[0]!r}"
     answers = [waiter.response for waiter in waiters]
@@ -211,11 +212,12 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         assert answer is not None and answer.status_code == 200, answer
         assert [(item["id"], item["dateModified"]) for item in answer.json()["data"]] == expected
     slowest_answer = max(waiter.answered_at for waiter in waiters) - changed_at
-    assert slowest_answer < 5.0, f"the last waiter was answered {slowest_answer:.2f} s after the change"
+    # answered by the change, not by the timeout (30 s)
+    assert slowest_answer < 15.0, f"the last waiter was answered {slowest_answer:.2f} s after the change"
 
     # a stop with waiters: SIGTERM answers them at once, gunicorn exits
     offset = answers[0].json()["next_page"]["offset"]  # type: ignore[union-attr]
-    url = f"{api}/tenders?feed=longpoll&timeout=20&offset={offset}"
+    url = f"{api}/tenders?feed=longpoll&timeout=30&offset={offset}"
     waiters = [Waiter(url) for _ in range(WAITERS)]
     for waiter in waiters:
         waiter.start()
@@ -228,7 +230,7 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         waiter.join(5)
     print(f"gunicorn stopped {stop_seconds:.2f} s after SIGTERM with {WAITERS} waiters")
     assert process.returncode == 0
-    assert stop_seconds < 5.0, f"gunicorn took {stop_seconds:.2f} s to stop with {WAITERS} waiters (timeout 20 s)"
+    assert stop_seconds < 10.0, f"gunicorn took {stop_seconds:.2f} s to stop with {WAITERS} waiters (timeout 30 s)"
     unanswered = [waiter for waiter in waiters if waiter.response is None or waiter.response.status_code != 200]
     assert not unanswered, f"{len(unanswered)} waiters were not answered on the stop"
     assert all(waiter.response.json()["data"] == [] for waiter in waiters)  # type: ignore[union-attr]

@@ -59,7 +59,9 @@ def health_after(web: TestApp, samples: int, status: int | None = None, timeout:
     [
         ("600-900", "at-risk", 200, 550, 1000),
         ("1200-1500", "violated", 503, 1150, 1600),
-        ("5-40", "ok", 200, 0, 120),
+        # the lag of 5-40 ms writes, with a loaded machine's slack: far below
+        # the 600 ms the at-risk case measures
+        ("5-40", "ok", 200, 0, 450),
     ],
 )
 def test_the_verdict_follows_the_measured_lag(

@@ -189,7 +189,7 @@ def start_sequence(ini: Path, *flags: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for_state(store: FeedStore, key: str, timeout: float = 20.0) -> dict[str, Any]:
+def wait_for_state(store: FeedStore, key: str, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = store.db[positions_name("tenders")].find_one({"_id": STATE_ID}) or {}
@@ -397,12 +397,12 @@ def test_sequence_observe_measures_a_watermark_feed_and_writes_no_positions(
     )
     process = start_sequence(ini, "--observe")
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while store.db[HEALTH_COLLECTION].find_one({"_id": "tenders"}) is None:
             assert time.monotonic() < deadline, "the observer published nothing"
             time.sleep(0.1)
         put(store, 5)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while (store.db[HEALTH_COLLECTION].find_one({"_id": "tenders"}) or {})["lag_ms"]["count"] < 5:
             assert time.monotonic() < deadline, "the observer did not measure the writes"
             time.sleep(0.1)
