@@ -5,7 +5,7 @@ from __future__ import annotations
 import timeit
 from collections.abc import Callable
 
-from openprocurement_feed.offset import InvalidOffset, compose_offset, parse_offset
+from openprocurement_feed.store.offset import InvalidOffset, compose_offset, parse_offset
 
 from .common import table
 

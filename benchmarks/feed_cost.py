@@ -38,10 +38,10 @@ import requests
 from pymongo import MongoClient, monitoring
 from pyramid.config import Configurator
 
-from openprocurement_feed.database import FeedStore
 from openprocurement_feed.demo import main
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
+from openprocurement_feed.store.database import FeedStore
 
 from .common import median_ms, seed_tenders, status, table, timed
 

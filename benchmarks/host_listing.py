@@ -35,7 +35,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 
 from openprocurement_feed import FeedStoreMixin
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 
 from .common import seed_tenders, status, table
 from .feed_cost import cpu_per_call

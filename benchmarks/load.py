@@ -25,7 +25,7 @@ from pymongo import MongoClient
 
 from openprocurement_feed.demo.load import WORDS, create_tenders, sample_tender
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 
 from .common import percentile, table
 

@@ -29,9 +29,9 @@ from typing import Any
 import requests
 
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer
-from openprocurement_feed.longpoll import STREAM_AWAIT_MS
-from openprocurement_feed.orders import STATE_ID, positions_name
+from openprocurement_feed.embedded.server import EmbeddedServer
+from openprocurement_feed.longpoll.notifier import STREAM_AWAIT_MS
+from openprocurement_feed.store.orders import STATE_ID, positions_name
 from openprocurement_feed.testing import make_settings
 
 from .common import percentile, status, table

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from openprocurement_feed.demo import main
-from openprocurement_feed.embedded import EmbeddedServer
-from openprocurement_feed.views import ITEMS_KEY, feed_route_name
+from openprocurement_feed.embedded.server import EmbeddedServer
+from openprocurement_feed.feed.views import ITEMS_KEY, feed_route_name
 
 from .common import median_ms, seed_tenders, status, table, wall_and_cpu
 
@@ -49,7 +49,7 @@ OBSERVE_CALLS = 100_000
 MULTIPROCESS_PROBE = """
     import os
     import timeit
-    from openprocurement_feed.metrics import FeedMetrics
+    from openprocurement_feed.operations.metrics import FeedMetrics
     metrics = FeedMetrics.from_environ(os.environ)
     assert metrics.multiprocess
     calls = {calls}
@@ -133,7 +133,7 @@ def tween_cost(registry: Any, feed: bool) -> float:
     from pyramid.request import Request
     from pyramid.response import Response
 
-    from openprocurement_feed.metrics import metrics_tween_factory
+    from openprocurement_feed.operations.metrics import metrics_tween_factory
 
     response = Response(status=200)
     request = Request.blank("/api/2.5/tenders")

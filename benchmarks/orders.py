@@ -36,7 +36,7 @@ from typing import Any
 from pymongo import MongoClient
 
 from openprocurement_feed.demo import main
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
 
 from .common import seed_tenders, status, table

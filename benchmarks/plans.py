@@ -2,7 +2,7 @@
 
 Seeds tenders with an ``owner`` scope field, creates the feed indexes
 (``FeedStoreMixin.ensure_feed_indexes``) and prints the analysis of
-:mod:`openprocurement_feed.explain` — the same as ``openprocurement-feed
+:mod:`openprocurement_feed.operations.explain` — the same as ``openprocurement-feed
 explain --scope-field owner`` against that database.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pymongo import MongoClient
 
-from openprocurement_feed.database import FeedStoreMixin
-from openprocurement_feed.embedded import EmbeddedServer
-from openprocurement_feed.explain import analyse, format_analysis
+from openprocurement_feed.embedded.server import EmbeddedServer
+from openprocurement_feed.operations.explain import analyse, format_analysis
+from openprocurement_feed.store.database import FeedStoreMixin
 
 from .common import seed_tenders, status
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from pyramid.testing import DummyRequest
 
-from openprocurement_feed.params import parse_params
-from openprocurement_feed.restricted import ItemPolicy
-from openprocurement_feed.views import FeedDefinition, render_page
+from openprocurement_feed.feed.params import parse_params
+from openprocurement_feed.feed.views import FeedDefinition, render_page
+from openprocurement_feed.store.restricted import ItemPolicy
 
 ROWS = 100
 FIELDS = ("status", "title")

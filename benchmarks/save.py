@@ -16,8 +16,8 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from openprocurement_feed.database import FeedStore
-from openprocurement_feed.embedded import EmbeddedServer, process_tree_cpu_seconds
+from openprocurement_feed.embedded.server import EmbeddedServer, process_tree_cpu_seconds
+from openprocurement_feed.store.database import FeedStore
 
 from .common import table
 

@@ -4,7 +4,7 @@ Every figure is measured in the same run, on the embedded server:
 
 * **throughput**: writer threads make transactional ``store.save_data``
   writes, as fast as the server answers, while a
-  :class:`~openprocurement_feed.sequencer.Sequencer` follows them; then the
+  :class:`~openprocurement_feed.commit.sequencer.Sequencer` follows them; then the
   sequencer is stopped, documents are written, and it is started again to
   catch up. Reported: writes/s, events/s stamped, batches, the backlog when
   the writers stopped and how long the checkpoint took to cover every write.
@@ -35,16 +35,16 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from openprocurement_feed import commit_listings, shutdown
-from openprocurement_feed.database import ConflictError, FeedStore
+from openprocurement_feed.commit.sequencer import CollectionSequencer, Sequencer
 from openprocurement_feed.demo import main
 from openprocurement_feed.demo.load import WORDS, sample_tender
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer
-from openprocurement_feed.orders import COMMITTED_TS, positions_name
+from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.race.crawler import Crawler
 from openprocurement_feed.race.feed import FeedClient
 from openprocurement_feed.race.load import LoggingWriter, create_many
-from openprocurement_feed.sequencer import CollectionSequencer, Sequencer
+from openprocurement_feed.store.database import ConflictError, FeedStore
+from openprocurement_feed.store.orders import COMMITTED_TS, positions_name
 
 from .common import median_ms, percentile, seed_tenders, status, table, wall_and_cpu
 

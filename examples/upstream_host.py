@@ -51,7 +51,7 @@ from pyramid.router import Router
 from pyramid.security import Allowed
 
 from openprocurement_feed import FeedStoreMixin
-from openprocurement_feed.restricted import MASK_STRING, mask_object
+from openprocurement_feed.store.restricted import MASK_STRING, mask_object
 
 PREFIX = "/api/2.5"
 TENDER_FIELDS = ("status", "title", "tenderID", "owner", "config")
@@ -271,7 +271,7 @@ def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:
 if __name__ == "__main__":  # pragma: no cover - a manual run
     from wsgiref.simple_server import make_server
 
-    from openprocurement_feed.embedded import EmbeddedServer
+    from openprocurement_feed.embedded.server import EmbeddedServer
 
     with EmbeddedServer() as server:
         app = main(

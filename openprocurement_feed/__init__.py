@@ -60,8 +60,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from pyramid.tweens import INGRESS
 
-from .database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
-from .errors import (
+from .feed.errors import (
     conflict_view,
     database_error_view,
     database_unavailable_view,
@@ -70,26 +69,27 @@ from .errors import (
     outcome_unknown_view,
     query_timeout_view,
 )
-from .health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
-from .listing import normalize
-from .offset import (
+from .feed.openapi import add_openapi_paths, include_openapi
+from .feed.renderers import RENDERER, FeedJSONRenderer, load_timezone
+from .feed.startup import defer
+from .feed.tweens import TWEEN_NAME
+from .feed.views import FeedDefinition, add_feed
+from .operations.health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
+from .operations.probes import include_probes
+from .roles import role_store
+from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
+from .settings import FeedSettings, parse_settings
+from .store.backend import HostStore, apply_numbers, set_feed_store
+from .store.database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
+from .store.listing import normalize
+from .store.offset import (
     InvalidOffset,
     Offset,
     compose_offset,
     compose_position,
     parse_offset,
 )
-from .openapi import add_openapi_paths, include_openapi
-from .orders import COMMIT, FeedNotReady
-from .probes import include_probes
-from .renderers import RENDERER, FeedJSONRenderer, load_timezone
-from .roles import role_store
-from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
-from .settings import FeedSettings, parse_settings
-from .startup import defer
-from .stores import HostStore, apply_numbers, set_feed_store
-from .tweens import TWEEN_NAME
-from .views import FeedDefinition, add_feed
+from .store.orders import COMMIT, FeedNotReady
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def _feed_now(request: Request) -> datetime:
 
 
 def _start_embedded(settings: FeedSettings) -> Any:
-    from .embedded import EmbeddedServer
+    from .embedded.server import EmbeddedServer
 
     return EmbeddedServer(storage_path=settings.embedded_path).start()
 
@@ -193,7 +193,7 @@ def watermark_collections(registry: Any) -> list[str]:
 def _start_sequencer(registry: Any) -> None:
     """Start the in-process follower: ``thread`` sequences the commit-ordered
     feeds and observes the others; ``observe`` only observes."""
-    from .sequencer import Sequencer
+    from .commit.sequencer import Sequencer
 
     settings = registry.feed_settings
     collections = commit_collections(registry) if settings.sequencer == "thread" else {}
@@ -212,7 +212,7 @@ def _start_sequencer(registry: Any) -> None:
 
 
 def _create_longpoll(registry: Any) -> None:
-    from .longpoll import include_longpoll
+    from .longpoll.notifier import include_longpoll
 
     if getattr(registry, "feed_longpoll", None) is None:
         include_longpoll(registry)
@@ -295,7 +295,7 @@ def includeme(config: Configurator) -> None:
     # database starts, so a missing prometheus_client fails start-up cleanly.
     registry.feed_metrics = None
     if settings.metrics_path:
-        from .metrics import include_metrics
+        from .operations.metrics import include_metrics
 
         metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))

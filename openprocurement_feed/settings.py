@@ -362,7 +362,7 @@ def parse_timezone(where: str, value: str) -> str:
     """An IANA time zone name (``Europe/Kyiv``, ``UTC``) known to
     :mod:`zoneinfo` (the system's zone database, or the ``tzdata``
     package)."""
-    from .renderers import load_timezone
+    from .feed.renderers import load_timezone
 
     try:
         load_timezone(value)

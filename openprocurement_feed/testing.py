@@ -163,7 +163,7 @@ def mongodb_uri() -> Iterator[str]:
     if uri:
         yield uri
         return
-    from .embedded import EmbeddedServer
+    from .embedded.server import EmbeddedServer
 
     with EmbeddedServer() as server:
         yield server.uri

@@ -137,7 +137,7 @@ def find_tools(environ: dict[str, str] | os._Environ[str] = os.environ) -> Tools
     hints = [INSTALL_HINT] if missing else []
     modules = [name for name in ("gunicorn", "requests", "prometheus_client") if importlib.util.find_spec(name) is None]
     try:
-        from openprocurement_feed.embedded import find_executable
+        from openprocurement_feed.embedded.server import find_executable
 
         find_executable()
     except Exception as error:  # the embedded extra is not installed
@@ -607,7 +607,7 @@ class Run:
     def start(self) -> None:
         import requests
 
-        from openprocurement_feed.embedded import EmbeddedServer, free_port
+        from openprocurement_feed.embedded.server import EmbeddedServer, free_port
 
         self.say(f"starting the embedded database server (idle transactions end at {LIFETIME_SECONDS:g} s)")
         # a web worker killed inside a transaction leaves it open on the server:

@@ -8,7 +8,7 @@ with one difference: an open transaction idle for SECONDS is aborted, where
 and has no flag to change it. The server's constructor takes the lifetime;
 its command line does not pass it on. It lives here, outside the package,
 because the package never imports SecantusDB (GPL-2.0; the package is
-Apache-2.0): :class:`openprocurement_feed.embedded.EmbeddedServer` runs it
+Apache-2.0): :class:`openprocurement_feed.embedded.server.EmbeddedServer` runs it
 as a separate program when given ``launcher=(python, this file, SECONDS)``.
 
 Why it matters: a client killed inside a transaction (a web worker

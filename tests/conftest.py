@@ -128,7 +128,7 @@ def wait_sequenced(db: Any, collection: str = "tenders", timeout: float = 10.0) 
     document has an entry of its current ``_rev``, so has every other
     document that has an entry, deleted ones have tombstones, and the
     checkpoint covers every entry. Returns the checkpoint."""
-    from openprocurement_feed.orders import STATE_ID, positions_name
+    from openprocurement_feed.store.orders import STATE_ID, positions_name
 
     positions = db[positions_name(collection)]
     deadline = time.monotonic() + timeout

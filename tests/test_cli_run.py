@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from openprocurement_feed.cli import main as cli_main
-from openprocurement_feed.embedded import free_port
+from openprocurement_feed.embedded.server import free_port
 
 #: starts servers or processes of its own (make test-unit leaves it out)
 pytestmark = pytest.mark.server
@@ -156,7 +156,7 @@ def test_bad_write_delay_names_the_flag(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_missing_embedded_server_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from openprocurement_feed import embedded
+    from openprocurement_feed.embedded import server as embedded
 
     monkeypatch.setattr(embedded, "EXECUTABLE", "no-such-secantusd")
     with pytest.raises(embedded.EmbeddedServerError, match=r"openprocurement_feed\[embedded\]"):

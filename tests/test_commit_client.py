@@ -24,8 +24,8 @@ from openprocurement_feed.client import Batch, FeedSync
 from openprocurement_feed.demo import main as demo_main
 from openprocurement_feed.demo.load import PatchWriter, create_tenders
 from openprocurement_feed.demo.server import DemoServer, ThreadedServer
-from openprocurement_feed.offset import is_position_offset
-from openprocurement_feed.orders import STATE_ID, positions_name
+from openprocurement_feed.store.offset import is_position_offset
+from openprocurement_feed.store.orders import STATE_ID, positions_name
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.server]
 

@@ -17,8 +17,8 @@ from webtest import TestApp
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
-from openprocurement_feed.offset import is_position_offset, parse_offset
-from openprocurement_feed.orders import STATE_ID, positions_name
+from openprocurement_feed.store.offset import is_position_offset, parse_offset
+from openprocurement_feed.store.orders import STATE_ID, positions_name
 
 FEED = "/api/2.5/tenders"
 
@@ -307,7 +307,7 @@ def test_the_sequencer_never_writes_the_applications_documents(mongodb_uri: str,
     """Hence it cannot cause the application's transactions a write conflict."""
     from pymongo import MongoClient
 
-    from openprocurement_feed.sequencer import Sequencer
+    from openprocurement_feed.commit.sequencer import Sequencer
 
     recorder = WriteRecorder()
     app_client: MongoClient = MongoClient(mongodb_uri)
@@ -326,7 +326,7 @@ def test_the_sequencer_never_writes_the_applications_documents(mongodb_uri: str,
         client.close()
         app_client.close()
     assert recorder.writes, "the sequencer wrote its positions"
-    from openprocurement_feed.health import HEALTH_COLLECTION
+    from openprocurement_feed.operations.health import HEALTH_COLLECTION
 
     written = {collection for _, collection in recorder.writes}
     assert positions_name("tenders") in written

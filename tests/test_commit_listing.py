@@ -18,8 +18,8 @@ from pyramid.config import Configurator
 from webtest import TestApp
 
 from openprocurement_feed import commit_listings, shutdown
-from openprocurement_feed.database import FeedStore
-from openprocurement_feed.listing import (
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.listing import (
     STATE_LISTING,
     STATE_SEQ,
     STATE_TARGET,
@@ -29,7 +29,7 @@ from openprocurement_feed.listing import (
     normalize,
     take,
 )
-from openprocurement_feed.orders import STATE_ID, positions_name
+from openprocurement_feed.store.orders import STATE_ID, positions_name
 
 FEED = "/api/2.5/tenders"
 

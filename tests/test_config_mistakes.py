@@ -11,8 +11,8 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 
 from openprocurement_feed import shutdown
-from openprocurement_feed.database import FeedStore
 from openprocurement_feed.settings import parse_settings
+from openprocurement_feed.store.database import FeedStore
 
 URI = "mongodb://127.0.0.1:27017/"
 HERE = __file__.rstrip("c")
@@ -33,7 +33,7 @@ def test_a_listed_feed_added_again_is_a_conflict_at_the_callers_lines(settings: 
     assert message.count(HERE) == 2  # the include line and the add_feed line
     assert "feed.resources = tenders plans" in message
     assert "openprocurement_feed/__init__.py" not in message
-    assert "openprocurement_feed/views.py" not in message
+    assert "openprocurement_feed/feed/views.py" not in message
 
 
 def test_two_add_feeds_of_one_name_conflict(settings: dict[str, str]) -> None:

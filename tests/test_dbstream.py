@@ -13,11 +13,11 @@ from bson.timestamp import Timestamp
 from conftest import wait_sequenced
 from pymongo import MongoClient, monitoring
 
-from openprocurement_feed import dbstream
-from openprocurement_feed.database import FeedStore
-from openprocurement_feed.dbstream import DatabaseStream
-from openprocurement_feed.orders import STATE_ID, positions_name
-from openprocurement_feed.sequencer import CollectionSequencer, Sequencer
+from openprocurement_feed.commit import dbstream
+from openprocurement_feed.commit.dbstream import DatabaseStream
+from openprocurement_feed.commit.sequencer import CollectionSequencer, Sequencer
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.orders import STATE_ID, positions_name
 
 
 class StreamOpenings(monitoring.CommandListener):

@@ -19,7 +19,7 @@ from conftest import basic, wait_watermark
 from pyramid.exceptions import ConfigurationError
 
 from openprocurement_feed.demo import TENDER_MASKS
-from openprocurement_feed.restricted import MASK_STRING
+from openprocurement_feed.store.restricted import MASK_STRING
 
 TENDERS = "/api/2.5/tenders"
 AUTH = """\

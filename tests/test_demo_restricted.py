@@ -52,7 +52,7 @@ def test_the_demo_security_policy_without_auth_file_is_open_and_keeps_no_session
     from pyramid.testing import DummyRequest
 
     from openprocurement_feed.demo.security import DemoSecurityPolicy
-    from openprocurement_feed.restricted import RESTRICTED_PERMISSION
+    from openprocurement_feed.store.restricted import RESTRICTED_PERMISSION
 
     policy = DemoSecurityPolicy()
     request = DummyRequest(environ={"REMOTE_USER": "broker"})

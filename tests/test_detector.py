@@ -287,7 +287,7 @@ def test_check_is_mode_aware(server: Any, put: Callable[..., None], capsys: pyte
 
 
 def test_check_unreachable_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from openprocurement_feed.embedded import free_port
+    from openprocurement_feed.embedded.server import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api/2.5/tenders"
     assert cli_main(["check", url, "--checks", "1"]) == 2

@@ -20,7 +20,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 
 #: starts servers or processes of its own (make test-unit leaves it out)
 pytestmark = pytest.mark.server

@@ -11,8 +11,8 @@ from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
 from openprocurement_feed.cli import main as cli_main
-from openprocurement_feed.database import FeedStoreMixin
-from openprocurement_feed.explain import (
+from openprocurement_feed.commit.sequencer import successor
+from openprocurement_feed.operations.explain import (
     CheckpointBound,
     PlanReport,
     QueryShape,
@@ -22,7 +22,7 @@ from openprocurement_feed.explain import (
     missing_feed_indexes,
     walk_plan,
 )
-from openprocurement_feed.sequencer import successor
+from openprocurement_feed.store.database import FeedStoreMixin
 
 #: The feed indexes expected per mode of the unscoped feed.
 EXPECTED_INDEX = {"real": "feed_mode", "test": "feed_mode", "all": "feed_all"}

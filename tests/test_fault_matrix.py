@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.faults import measure
 from openprocurement_feed.faults.cells import SEQUENCER, WEB, Cell, fast_matrix, full_matrix, select
 from openprocurement_feed.faults.load import Ack, Answer

@@ -409,7 +409,7 @@ def test_a_page_after_an_offset_walks_the_feed_index(store: Any, mode: str) -> N
     is answered from the feed index, not a collection scan, on the server
     the tests run against (the embedded server walks a compound index only
     when its leading fields are the query's equalities)."""
-    from openprocurement_feed.orders import COMMITTED_TS, PageReader
+    from openprocurement_feed.store.orders import COMMITTED_TS, PageReader
 
     positions = store.db["idx_feed_positions"]
     store.ensure_feed_indexes(positions, key=COMMITTED_TS)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from openprocurement_feed.embedded import free_port
+from openprocurement_feed.embedded.server import free_port
 
 #: starts servers or processes of its own (make test-unit leaves it out)
 pytestmark = pytest.mark.server

@@ -96,7 +96,7 @@ def test_without_a_watcher_the_verdict_is_unknown(settings: dict[str, str]) -> N
 
 
 def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: dict[str, str]) -> None:
-    from openprocurement_feed.sequencer import Sequencer
+    from openprocurement_feed.commit.sequencer import Sequencer
 
     web = app_with(settings, feed_order="commit", feed_sequencer="thread", feed_checkpoint_threshold_seconds="2")
     registry = web.app.registry
@@ -193,7 +193,7 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
 
 
 def test_the_health_verdict_line() -> None:
-    from openprocurement_feed.health import verdict_line
+    from openprocurement_feed.operations.health import verdict_line
 
     report = {
         "feeds": [

@@ -27,7 +27,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from webob import Request
 
-from openprocurement_feed.tweens import path_error, query_error
+from openprocurement_feed.feed.tweens import path_error, query_error
 
 PREFIX = "/api/2.5"
 PROPERTY_SETTINGS = hsettings(

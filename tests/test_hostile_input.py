@@ -33,9 +33,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pymongo import MongoClient, monitoring
 
-from openprocurement_feed.database import FeedStore
 from openprocurement_feed.demo.resources import TENDERS
-from openprocurement_feed.offset import parse_offset
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.offset import parse_offset
 
 PREFIX = "/api/2.5"
 FEED = PREFIX + "/tenders"

@@ -429,7 +429,7 @@ def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
     from pymongo.collection import Collection
     from pymongo.errors import OperationFailure
 
-    from openprocurement_feed.orders import positions_name
+    from openprocurement_feed.store.orders import positions_name
 
     server = server_factory("commit")
     create(server)
@@ -458,6 +458,6 @@ def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
 def test_a_watermark_feeds_stamp_is_read_within_half_of_w(watermark: float, interval: float) -> None:
     """Read before stamp + W, a stamp's waiters are woken at stamp + W: the
     reads are as rare as that allows, within their bounds."""
-    from openprocurement_feed.longpoll import watermark_read_interval
+    from openprocurement_feed.longpoll.notifier import watermark_read_interval
 
     assert watermark_read_interval(watermark) == interval

@@ -17,7 +17,7 @@ import requests
 
 from benchmarks.longpoll import Crawler, head, start_server
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.testing import make_settings
 
 #: starts servers or processes of its own (make test-unit leaves it out)

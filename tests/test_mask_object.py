@@ -13,7 +13,7 @@ from pyramid.request import Request
 from pyramid.security import Allowed, Denied
 from pyramid.testing import DummyRequest
 
-from openprocurement_feed.restricted import (
+from openprocurement_feed.store.restricted import (
     MASK_NUMBER,
     MASK_STRING,
     RESTRICTED_PERMISSION,

@@ -20,7 +20,7 @@ from webtest import TestApp
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS_PATH = "/api/2.5/metrics"
-TWEEN = "openprocurement_feed.metrics.metrics_tween_factory"
+TWEEN = "openprocurement_feed.operations.metrics.metrics_tween_factory"
 
 
 @pytest.fixture(autouse=True)
@@ -330,7 +330,7 @@ def test_a_missing_prometheus_client_stops_start_up(mongodb_uri: str) -> None:
 
 #: One worker process of the multi-process test: serves pages, optionally
 def test_the_health_hooks_report_verdicts_watcher_age_and_checkpoint_distance(app: Any) -> None:
-    from openprocurement_feed.metrics import FeedFigures
+    from openprocurement_feed.operations.metrics import FeedFigures
 
     metrics = app.registry.feed_metrics
     web = TestApp(app)

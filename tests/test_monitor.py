@@ -228,7 +228,7 @@ def test_check_something_that_is_not_a_health_view(
 
 
 def test_check_unreachable_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from openprocurement_feed.embedded import free_port
+    from openprocurement_feed.embedded.server import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api/2.5/feeds/health"
     exit_status, out, err = check(url, capsys, "--timeout", "2")
@@ -418,7 +418,7 @@ def test_live_view_colours_the_verdict(
 
 
 def test_live_view_survives_an_unreachable_url(terminal: None, capsys: pytest.CaptureFixture[str]) -> None:
-    from openprocurement_feed.embedded import free_port
+    from openprocurement_feed.embedded.server import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api/2.5/feeds/health"
     status, out, _ = live(url, capsys)

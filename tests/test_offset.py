@@ -11,7 +11,7 @@ from bson.timestamp import Timestamp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openprocurement_feed.offset import (
+from openprocurement_feed.store.offset import (
     InvalidOffset,
     Offset,
     _as_python310_iso,
@@ -348,7 +348,7 @@ def test_a_watermark_feed_reads_a_position_a_margin_earlier(
     """A position offset read by a watermark feed becomes an exclusive
     ``public_modified`` bound at least ``1 s + W`` behind the position's
     second, in the direction of travel (duplicates, never losses)."""
-    from openprocurement_feed.orders import CROSS_ORDER_MARGIN, WatermarkOrder
+    from openprocurement_feed.store.orders import CROSS_ORDER_MARGIN, WatermarkOrder
 
     offset = parse_offset(compose_position(position, ids))
     converted = WatermarkOrder(watermark).convert(offset, descending)
@@ -367,7 +367,7 @@ def test_a_commit_feed_reads_a_watermark_offset_a_margin_earlier(
     """A watermark offset read by a commit-ordered feed becomes an exclusive
     position at least ``1 s + W`` behind it, on a whole second (increment
     0, which no change event has)."""
-    from openprocurement_feed.orders import COMMITTED_TS, CROSS_ORDER_MARGIN, CommitOrder
+    from openprocurement_feed.store.orders import COMMITTED_TS, CROSS_ORDER_MARGIN, CommitOrder
 
     converted = CommitOrder(watermark).convert(parse_offset(compose_offset(value, ids)), descending)
     assert isinstance(converted.value, Timestamp)
@@ -383,7 +383,7 @@ def test_a_commit_feed_reads_a_watermark_offset_a_margin_earlier(
 @given(position=stamps, ids=id_lists)
 def test_a_commit_feed_reads_its_own_positions_as_they_are(position: Timestamp, ids: list[str]) -> None:
     """A position offset is read by the commit order exactly, on ``committed_ts``."""
-    from openprocurement_feed.orders import COMMITTED_TS, CommitOrder
+    from openprocurement_feed.store.orders import COMMITTED_TS, CommitOrder
 
     offset = parse_offset(compose_position(position, ids))
     converted = CommitOrder(1.0).convert(offset, descending=False)
@@ -399,7 +399,7 @@ def test_exclusive_upper_selects_what_the_inclusive_bound_did() -> None:
 
     from bson.timestamp import Timestamp
 
-    from openprocurement_feed.orders import exclusive_upper
+    from openprocurement_feed.store.orders import exclusive_upper
 
     def bounded(bounds: dict[str, Any]) -> Any:
         query = {"k": dict(bounds), "is_public": True}

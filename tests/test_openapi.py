@@ -15,7 +15,7 @@ from webtest import TestApp
 
 from openprocurement_feed import parse_settings, shutdown
 from openprocurement_feed.demo.auth import PACKAGED_AUTH_FILE
-from openprocurement_feed.openapi import openapi_document, path_template
+from openprocurement_feed.feed.openapi import openapi_document, path_template
 
 URI = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
 DOC = "/api/2.5/feeds/openapi.json"

@@ -21,7 +21,7 @@ from pymongo import MongoClient
 
 from openprocurement_feed.demo.load import WORDS, create_tenders, sample_tender
 from openprocurement_feed.demo.server import DemoServer
-from openprocurement_feed.embedded import EmbeddedServer, free_port
+from openprocurement_feed.embedded.server import EmbeddedServer, free_port
 
 #: starts servers or processes of its own (make test-unit leaves it out)
 pytestmark = pytest.mark.server

@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openprocurement_feed.orders import boundary_ids
-from openprocurement_feed.views import query_string, render_item, render_items
+from openprocurement_feed.feed.views import query_string, render_item, render_items
+from openprocurement_feed.store.orders import boundary_ids
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 

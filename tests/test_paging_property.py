@@ -35,11 +35,11 @@ from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 
-from openprocurement_feed.database import FeedStore
-from openprocurement_feed.offset import parse_offset
-from openprocurement_feed.orders import COMMIT, COMMITTED_TS, STATE_ID, FeedOrder, positions_name, row_position
-from openprocurement_feed.sequencer import Sequencer
-from openprocurement_feed.views import page_offsets
+from openprocurement_feed.commit.sequencer import Sequencer
+from openprocurement_feed.feed.views import page_offsets
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.offset import parse_offset
+from openprocurement_feed.store.orders import COMMIT, COMMITTED_TS, STATE_ID, FeedOrder, positions_name, row_position
 
 W = 0.2
 #: Longest start→commit delay of a generated write: below W with a margin.

@@ -12,7 +12,7 @@ from webtest import TestApp
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
-from openprocurement_feed.probes import READY_TIMEOUT_SECONDS
+from openprocurement_feed.operations.probes import READY_TIMEOUT_SECONDS
 
 HEALTH = "/api/2.5/feeds/health"
 LIVE = HEALTH + "/live"

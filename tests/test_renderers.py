@@ -14,8 +14,8 @@ import pytest
 from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
 from bson.decimal128 import Decimal128
 
-from openprocurement_feed import renderers
-from openprocurement_feed.renderers import FeedJSONRenderer, json_encoder, stdlib_dumps
+from openprocurement_feed.feed import renderers
+from openprocurement_feed.feed.renderers import FeedJSONRenderer, json_encoder, stdlib_dumps
 
 SAMPLE = {
     "data": [
@@ -187,7 +187,7 @@ def test_a_decimal_that_is_no_json_number_is_not_rendered(fast: bool, bad: str) 
 def test_naive_datetimes_are_written_in_the_configured_zone(fast: bool) -> None:
     from datetime import datetime
 
-    from openprocurement_feed.renderers import load_timezone
+    from openprocurement_feed.feed.renderers import load_timezone
 
     naive = {"at": datetime(2024, 12, 15, 8, 40, 9)}
     assert json.loads(json_encoder(fast, load_timezone("UTC"))(naive)) == {"at": "2024-12-15T08:40:09+00:00"}

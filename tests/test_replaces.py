@@ -22,7 +22,7 @@ from pyramid.request import Request
 from webtest import TestApp
 
 from openprocurement_feed import shutdown
-from openprocurement_feed.views import feed_route_name
+from openprocurement_feed.feed.views import feed_route_name
 
 FEED_ROUTE = feed_route_name("tenders")
 

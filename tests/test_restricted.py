@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 from upstream_example import BROKER, OTHER, post, served_example
 
-from openprocurement_feed.restricted import MASK_STRING
+from openprocurement_feed.store.restricted import MASK_STRING
 from openprocurement_feed.testing import crawl, get_json, wait_visible
 
 SECRET = "secret-defence-title"
@@ -323,7 +323,7 @@ def test_repeated_list_wildcards_in_a_mask_path_mask_as_upstream_does(settings: 
     the second ``[*]`` on a document as the document itself."""
     from pyramid.config import Configurator
 
-    from openprocurement_feed.restricted import mask_key
+    from openprocurement_feed.store.restricted import mask_key
 
     assert mask_key("$.changes[*].documents[*][*].title") == "changes.documents.title"
     config = Configurator(settings=settings)

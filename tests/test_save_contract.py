@@ -15,7 +15,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from webtest import TestApp
 
-from openprocurement_feed.database import ConflictError, FeedStoreMixin, MissingRevision
+from openprocurement_feed.store.database import ConflictError, FeedStoreMixin, MissingRevision
 
 MOMENT = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 

@@ -22,16 +22,16 @@ from conftest import wait_sequenced
 from pymongo import MongoClient
 
 from openprocurement_feed.cli import main as cli_main
-from openprocurement_feed.database import FeedStore
-from openprocurement_feed.offset import Offset, ids_digest
-from openprocurement_feed.orders import STATE_ID, positions_name, row_position
-from openprocurement_feed.sequencer import (
+from openprocurement_feed.commit.sequencer import (
     CollectionSequencer,
     PositionCounter,
     Sequencer,
     predecessor,
     successor,
 )
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.offset import Offset, ids_digest
+from openprocurement_feed.store.orders import STATE_ID, positions_name, row_position
 
 SCRIPT = Path(sys.executable).with_name("openprocurement-feed")
 
@@ -305,7 +305,7 @@ def test_sigterm_stops_after_the_batch_with_token_and_checkpoint_saved(
 
 @pytest.mark.server  # starts a server or a process of its own
 def test_recovery_restamps_exactly_the_changed_documents(tmp_path: Path) -> None:
-    from openprocurement_feed.embedded import EmbeddedServer
+    from openprocurement_feed.embedded.server import EmbeddedServer
 
     with EmbeddedServer(extra_args=("--oplog-max-entries", "50")) as server:
         client: MongoClient = MongoClient(server.uri)
@@ -389,7 +389,7 @@ def test_sequence_reports_a_bad_setting_in_one_line(tmp_path: Path, capsys: pyte
 def test_sequence_observe_measures_a_watermark_feed_and_writes_no_positions(
     store: FeedStore, mongodb_uri: str, db_name: str, tmp_path: Path
 ) -> None:
-    from openprocurement_feed.health import HEALTH_COLLECTION
+    from openprocurement_feed.operations.health import HEALTH_COLLECTION
 
     ini = tmp_path / "app.ini"
     ini.write_text(

@@ -10,8 +10,8 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from openprocurement_feed.embedded import free_port
-from openprocurement_feed.sequencer import Sequencer, _chunks, _hashable
+from openprocurement_feed.commit.sequencer import Sequencer, _chunks, _hashable
+from openprocurement_feed.embedded.server import free_port
 
 
 def unreachable_db() -> Any:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from openprocurement_feed.database import (
+from openprocurement_feed.store.database import (
     ConflictError,
     FeedStoreMixin,
     find_window,
     next_rev,
 )
-from openprocurement_feed.offset import Offset, ids_digest
+from openprocurement_feed.store.offset import Offset, ids_digest
 
 
 class HostStore(FeedStoreMixin):

@@ -26,7 +26,7 @@ from pymongo import MongoClient
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
-from openprocurement_feed.embedded import EmbeddedServer
+from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.roles import WEB
 from openprocurement_feed.testing import make_settings
 
@@ -288,8 +288,8 @@ def test_a_key_with_another_body_is_422(demo: tuple[Any, Any]) -> None:
 @pytest.fixture
 def host_store(fault_uri: str, observer: MongoClient[Any]) -> Iterator[Any]:
     """A host's store on the fault server, its client named as the web one."""
-    from openprocurement_feed.database import FeedStore
     from openprocurement_feed.settings import parse_settings
+    from openprocurement_feed.store.database import FeedStore
 
     name = f"host_{uuid.uuid4().hex[:10]}"
     store = FeedStore.from_settings(

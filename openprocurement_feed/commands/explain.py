@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from ..cli import CommandError
-from ..orders import COMMIT, ORDERS, WATERMARK, positions_name
+from ..store.orders import COMMIT, ORDERS, WATERMARK, positions_name
 from .options import PAGE_LIMIT, Flag, add_command, positive_int
 
 
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from pymongo import MongoClient
     from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, OperationFailure, PyMongoError
 
-    from ..explain import analyse, format_analysis
+    from ..operations.explain import analyse, format_analysis
 
     if not args.uri:
         raise CommandError("no database given: pass --uri mongodb://… or set MONGODB_URI")

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from pyramid.exceptions import ConfigurationError
     from requests import RequestException
 
-    from ..embedded import EmbeddedServerError
+    from ..embedded.server import EmbeddedServerError
     from ..faults.failpoint import FailPointError
     from ..faults.report import matrix_json, print_table, problems
     from ..faults.run import ORDERS, MatrixConfig, run_matrix

@@ -151,7 +151,7 @@ def _progress(line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..embedded import EmbeddedServerError
+    from ..embedded.server import EmbeddedServerError
     from ..race.experiment import RaceConfig, run_experiment
     from ..race.report import race_json, race_table
 

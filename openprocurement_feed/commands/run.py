@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
 def show_status(registry: Any, writers: Sequence[Any], stop: threading.Event, every: float, started: float) -> None:
     """Every ``every`` seconds until ``stop``: one row per feed on stderr
     (:mod:`.run_status`)."""
-    from ..health import health_report
+    from ..operations.health import health_report
     from .run_status import StatusBoard, StatusOutput
 
     settings = registry.feed_settings

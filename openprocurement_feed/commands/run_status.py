@@ -1,7 +1,7 @@
 """``openprocurement-feed run``'s periodic status: one row per feed.
 
 Each feed's verdict, start-to-commit lag p50/p99 and checkpoint age come
-from the health view's report (:func:`~openprocurement_feed.health.health_report`),
+from the health view's report (:func:`~openprocurement_feed.operations.health.health_report`),
 its patches per second from the background writers (:class:`CountingWriter`
 counts the patches acknowledged per resource). On a terminal the rows are a
 small table redrawn in place (rich's ``Live``, the ``client`` extra); when

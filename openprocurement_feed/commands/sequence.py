@@ -141,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
     from pyramid.exceptions import ConfigurationError
 
     from .. import commit_collections, commit_listings, shutdown, watermark_collections
+    from ..commit.sequencer import Sequencer
     from ..roles import role_store
-    from ..sequencer import Sequencer
 
     try:
         registry = load_registry(args.config)

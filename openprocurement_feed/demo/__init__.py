@@ -38,7 +38,7 @@ from typing import Any
 from pyramid.config import Configurator
 from pyramid.router import Router
 
-from ..restricted import MASK_DATE, MASK_ID, MASK_NUMBER, MASK_STRING, MASK_STRING_EN, RESTRICTED_PERMISSION
+from ..store.restricted import MASK_DATE, MASK_ID, MASK_NUMBER, MASK_STRING, MASK_STRING_EN, RESTRICTED_PERMISSION
 from .api import add_error_views, add_resource_routes
 from .auth import read_auth_file
 from .openapi import demo_openapi

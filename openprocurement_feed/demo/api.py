@@ -12,7 +12,7 @@ Access (:mod:`.security`): a create needs the ``create`` permission and
 answers the owner's access token once (``"access": {"token": ...}``; only
 its hash is stored); a change needs ``create``, then ``edit`` on the stored
 object (its owner with its token). An object view shows a restricted object
-by its feed's rule (:func:`~openprocurement_feed.restricted.mask_object`).
+by its feed's rule (:func:`~openprocurement_feed.store.restricted.mask_object`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from pyramid.config import Configurator
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPMethodNotAllowed
 from pyramid.request import Request
 
-from ..database import ConflictError, FeedStore
-from ..errors import error_body
-from ..restricted import mask_object
+from ..feed.errors import error_body
 from ..save_errors import TRANSIENT, save_error
+from ..store.database import ConflictError, FeedStore
+from ..store.restricted import mask_object
 from .auth import TOKEN_FIELD, credentials_key, hash_token, new_token
 from .idempotency import (
     KEYS,

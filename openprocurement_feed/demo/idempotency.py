@@ -28,7 +28,7 @@ from typing import Any
 
 from pyramid.request import Request
 
-from ..errors import error_body
+from ..feed.errors import error_body
 
 #: The request header.
 HEADER = "Idempotency-Key"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..openapi import error_response, json_content, ref
+from ..feed.openapi import error_response, json_content, ref
 from .idempotency import KEY_PATTERN
 from .resources import INTERNAL_FIELDS, RESOURCES, Resource
 

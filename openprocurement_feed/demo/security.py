@@ -8,7 +8,7 @@ With ``demo.auth_file`` (:mod:`.auth`), a client is the user whose key its
 * ``edit`` (a change of one object, checked on the stored object) needs
   the object's owner **and** its access token: anyone else, or the owner
   without the token, gets **403**;
-* ``view_restricted`` (:data:`~openprocurement_feed.restricted.RESTRICTED_PERMISSION`)
+* ``view_restricted`` (:data:`~openprocurement_feed.store.restricted.RESTRICTED_PERMISSION`)
   is granted to brokers accredited ``r``: they see restricted objects in
   full in the feeds and the object views, as their owners do;
 * every read is open.
@@ -27,7 +27,7 @@ from typing import Any
 from pyramid.request import Request
 from pyramid.security import Allowed, Denied
 
-from ..restricted import RESTRICTED_PERMISSION
+from ..store.restricted import RESTRICTED_PERMISSION
 from .auth import ACCR_RESTRICTED, BROKERS, TOKEN_FIELD, AuthUsers, User, access_token, credentials_key, token_matches
 
 #: The permission of a create (and of any write, before the object is read).

@@ -248,7 +248,7 @@ class OrderRun:
 
 def run_matrix(config: MatrixConfig, progress: Progress = lambda line: None) -> list[CellResult]:
     """Every cell of ``config`` in each of its orders; one result each."""
-    from ..embedded import EmbeddedServer
+    from ..embedded.server import EmbeddedServer
 
     embedded = None
     uri = config.uri

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..offset import is_position_offset
+from ..store.offset import is_position_offset
 from .feed import FeedClient, FeedError, FeedItem
 
 #: At most this many pages are read to re-fetch one window.

@@ -262,7 +262,7 @@ def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str
 def database_clock(config: RaceConfig, registry: Any) -> Callable[[], float | None]:
     """What reads the database process's CPU seconds in a run: the
     embedded server the run started, else ``config.database_pid``."""
-    from ..embedded import process_tree_cpu_seconds
+    from ..embedded.server import process_tree_cpu_seconds
 
     embedded = getattr(registry, "feed_embedded", None)
     if embedded is not None:

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from pymongo.database import Database
 
-from ..orders import STATE_ID, positions_name
+from ..store.orders import STATE_ID, positions_name
 
 SUMMARY_RE = re.compile(r"(\d+) events in (\d+) batches, (\d+) stamped")
 DELAY_RE = re.compile(r"commit-to-checkpoint median (\d+) ms, max (\d+) ms")

@@ -39,9 +39,9 @@ from bson.timestamp import Timestamp
 from pymongo.database import Database
 from pyramid.request import Request
 
-from .orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
+from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.health")  # its name from before the package had subpackages
 
 #: The collection of the followers' published figures.
 HEALTH_COLLECTION = "feed_health"

@@ -47,12 +47,12 @@ from bson.timestamp import Timestamp
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from .offset import Offset
-from .orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
-from .roles import role_store
-from .settings import DEFAULT_MAX_WAITERS
+from ..roles import role_store
+from ..settings import DEFAULT_MAX_WAITERS
+from ..store.offset import Offset
+from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.longpoll")  # its name from before the package had subpackages
 
 #: Seconds between two reads of a commit feed's checkpoint while anyone
 #: waits, where its change stream cannot be opened (the commit order's own

@@ -1,9 +1,9 @@
 """Run the embedded server and remove its throwaway folder when it exits.
 
 Run by path (standard library only, so it starts fast and never imports the
-package) by :class:`openprocurement_feed.embedded.EmbeddedServer`::
+package) by :class:`openprocurement_feed.embedded.server.EmbeddedServer`::
 
-    python _embedded_guard.py FOLDER -- secantusd-py --storage-path FOLDER ...
+    python guard.py FOLDER -- secantusd-py --storage-path FOLDER ...
 
 It starts the server as its child, forwards SIGTERM and SIGINT to it (and
 kills it when it has not stopped :data:`KILL_AFTER` seconds later), waits
@@ -42,7 +42,7 @@ def die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     """Run ``argv[2:]`` and remove ``argv[0]`` when it exits."""
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: _embedded_guard.py FOLDER -- COMMAND...", file=sys.stderr)
+        print("usage: guard.py FOLDER -- COMMAND...", file=sys.stderr)
         return 2
     folder, command = argv[0], argv[2:]
     linux = sys.platform.startswith("linux")

@@ -72,14 +72,14 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from .health import LagWindow, Publisher, event_lag
-from .listing import STATE_LISTING, STATE_SEQ, STATE_TARGET, covers, normalize, take
-from .orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
+from ..operations.health import LagWindow, Publisher, event_lag
+from ..store.listing import STATE_LISTING, STATE_SEQ, STATE_TARGET, covers, normalize, take
+from ..store.orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
 
 if TYPE_CHECKING:
     from .dbstream import DatabaseStream
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.sequencer")  # its name from before the package had subpackages
 
 #: Server error codes of a resume point that is no longer in the oplog.
 HISTORY_LOST_CODES = frozenset({136, 280, 286})

@@ -43,9 +43,9 @@ from pyramid.request import Request
 from pyramid.response import Response
 from pyramid.tweens import EXCVIEW
 
-from .views import ITEMS_KEY, feed_route_name
+from ..feed.views import ITEMS_KEY, feed_route_name
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.metrics")  # its name from before the package had subpackages
 
 PAGES = "openprocurement_feed_pages_total"
 ITEMS = "openprocurement_feed_items_total"
@@ -479,5 +479,5 @@ def include_metrics(config: Configurator, path: str, permission: str | None = No
     config.registry.feed_metrics = metrics
     config.add_route(ROUTE_NAME, path)
     config.add_view(metrics_view, route_name=ROUTE_NAME, request_method="GET", permission=permission)
-    config.add_tween("openprocurement_feed.metrics.metrics_tween_factory", over=EXCVIEW)
+    config.add_tween("openprocurement_feed.operations.metrics.metrics_tween_factory", over=EXCVIEW)
     return metrics

@@ -29,8 +29,8 @@ from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo.collection import Collection
 
-from .database import FeedStoreMixin
-from .orders import (
+from ..store.database import FeedStoreMixin
+from ..store.orders import (
     COMMIT,
     COMMITTED_TS,
     PUBLIC_MODIFIED,

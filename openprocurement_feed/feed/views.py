@@ -22,12 +22,12 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
-from .database import create_indexes as create_stamp_indexes
-from .database import stamp_index_specs
-from .listing import ENTRY_FIELDS
-from .longpoll import OVER_CAP
-from .offset import compose_offset
-from .orders import (
+from ..longpoll.notifier import OVER_CAP
+from ..store.database import create_indexes as create_stamp_indexes
+from ..store.database import stamp_index_specs
+from ..store.listing import ENTRY_FIELDS
+from ..store.offset import compose_offset
+from ..store.orders import (
     COMMIT,
     COMMITTED_TS,
     ORDERS,
@@ -36,10 +36,10 @@ from .orders import (
     boundary_ids,
     positions_name,
 )
+from ..store.restricted import ItemPolicy, ItemView
 from .params import FeedParams, ParamError, parse_params
 from .placement import place_feed_route
 from .renderers import RENDERER
-from .restricted import ItemPolicy, ItemView
 from .startup import defer
 
 DISCRIMINATOR = "openprocurement_feed.feed"
@@ -48,7 +48,7 @@ PATH_DISCRIMINATOR = "openprocurement_feed.feed-path"
 #: The ``request.environ`` key where the feed view leaves the number of items
 #: of the page it rendered (read by the metrics tween, :mod:`.metrics`).
 ITEMS_KEY = "openprocurement_feed.items"
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.views")  # its name from before the package had subpackages
 
 
 def feed_route_name(name: str) -> str:

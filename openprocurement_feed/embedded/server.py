@@ -8,7 +8,7 @@ exits, and by the kernel if this process dies (``PR_SET_PDEATHSIG`` on Linux).
 
 A throwaway data folder (``embedded://``) is removed whichever way this
 process ends, SIGTERM included: the server runs under a small guard process
-(:mod:`._embedded_guard`) that removes the folder when the server exits.
+(:mod:`.guard`) that removes the folder when the server exits.
 ``embedded:///some/dir`` keeps the data in that folder instead (it survives
 restarts and ``pserve --reload``).
 """
@@ -34,11 +34,11 @@ from typing import IO, Any
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.embedded")  # its name from before the package had subpackages
 
 EXECUTABLE = "secantusd-py"
 #: The guard that removes a throwaway folder when the server exits.
-GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_embedded_guard.py")
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
 INSTALL_HINT = "The embedded database needs the 'embedded' extra: pip install 'openprocurement_feed[embedded]'"
 
 

@@ -352,7 +352,7 @@ def mask_path(node: Any, parts: Sequence[str], value: Any) -> None:
 
 def feed_policy(request: Request, feed: str | ItemPolicy | Any) -> ItemPolicy:
     """The item policy of ``feed``: a feed's name (its ``add_feed``
-    registration), a :class:`~openprocurement_feed.views.FeedDefinition`
+    registration), a :class:`~openprocurement_feed.feed.views.FeedDefinition`
     or an :class:`ItemPolicy`."""
     if isinstance(feed, ItemPolicy):
         return feed

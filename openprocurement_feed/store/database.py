@@ -23,6 +23,9 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import make_read_preference, read_pref_mode_from_name
 from pymongo.write_concern import WriteConcern
 
+from ..roles import open_client
+from ..save_errors import save_error
+from ..settings import FeedSettings
 from .offset import Offset, ids_digest
 from .orders import (
     COMMIT,
@@ -38,11 +41,8 @@ from .orders import (
     exclusive_upper,
     now_seconds,
 )
-from .roles import open_client
-from .save_errors import save_error
-from .settings import FeedSettings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.database")  # its name from before the package had subpackages
 
 
 HIDDEN_STATUSES = ("draft", "deleted")

@@ -52,7 +52,7 @@ from bson.decimal128 import Decimal128
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.renderers")  # its name from before the package had subpackages
 
 #: The name the feed views' renderer is registered under.
 RENDERER = "feed_json"

@@ -28,9 +28,9 @@ from typing import Any
 
 from pyramid.request import Request
 
-from .errors import RETRY_AFTER_SECONDS, error_body
+from ..feed.errors import RETRY_AFTER_SECONDS, error_body
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.probes")  # its name from before the package had subpackages
 
 #: The most a readiness ping waits for the database (seconds): below the
 #: one-second default ``timeoutSeconds`` of a Kubernetes probe, so that an

@@ -33,7 +33,7 @@ from pyramid.response import Response
 from .errors import error_body
 
 #: The dotted name the tween is registered under.
-TWEEN_NAME = "openprocurement_feed.tweens.url_bytes_tween_factory"
+TWEEN_NAME = "openprocurement_feed.feed.tweens.url_bytes_tween_factory"
 #: How many characters of an undecodable value an error message quotes.
 QUOTE_LIMIT = 200
 

@@ -29,7 +29,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from pyramid.security import NO_PERMISSION_REQUIRED
 
-from .settings import FeedSettings
+from ..settings import FeedSettings
 
 #: The OpenAPI version of the document.
 OPENAPI_VERSION = "3.1.0"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .offset import InvalidOffset, Offset, parse_offset
+from ..store.offset import InvalidOffset, Offset, parse_offset
 
 INTEGER_RE = re.compile(r"\s*([+-]?)(\d+)\s*", re.ASCII)
 #: The ``feed`` value that asks a forward request to wait (SPEC E).

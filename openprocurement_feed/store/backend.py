@@ -40,7 +40,7 @@ from pyramid.exceptions import ConfigurationError
 
 from .orders import PUBLIC_MODIFIED, FeedOrder
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.stores")  # its name from before the package had subpackages
 
 #: The methods the feeds call on a host store (all from FeedStoreMixin).
 STORE_METHODS = ("feed_page", "feed_order", "ensure_feed_indexes")

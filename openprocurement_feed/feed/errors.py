@@ -7,7 +7,7 @@ from typing import Any
 
 from pyramid.request import Request
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.errors")  # its name from before the package had subpackages
 
 #: Seconds a client is asked to wait while the database is unreachable.
 RETRY_AFTER_SECONDS = 1

@@ -49,7 +49,7 @@ from pymongo.read_concern import ReadConcern
 
 from .sequencer import HISTORY_LOST_CODES, CollectionSequencer, SequencerError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openprocurement_feed.dbstream")  # its name from before the package had subpackages
 
 #: Events that concern every collection of the database (they carry no
 #: collection name).
