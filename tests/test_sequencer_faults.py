@@ -10,7 +10,9 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from openprocurement_feed.commit.sequencer import Sequencer, _chunks, _hashable
+from openprocurement_feed.commit.sequencer import Sequencer
+from openprocurement_feed.commit.stamps import chunks as _chunks
+from openprocurement_feed.commit.stamps import hashable as _hashable
 from openprocurement_feed.embedded.server import free_port
 
 

@@ -1,6 +1,6 @@
 """One change stream per database for every sequenced collection in it (SPEC D).
 
-Each collection's :class:`~.sequencer.CollectionSequencer` keeps its own
+Each collection's :class:`~.collection.CollectionSequencer` keeps its own
 entries, state and checkpoint exactly as before; :class:`DatabaseStream`
 reads **one** change stream of their database for all of them, filtered on
 their names, and hands each collection its share of every batch.
@@ -15,7 +15,7 @@ no other stream, 9.5 ms with the streams of two quiet collections read every
 50 ms beside it. One stream per database makes the sequencer's reads the same
 whatever the number of collections it follows.
 
-Where it starts: each collection's :meth:`~.sequencer.CollectionSequencer.resume_point`
+Where it starts: each collection's :meth:`~.collection.CollectionSequencer.resume_point`
 (the time and resume token of the last event it handled, or its start, after
 a backfill on a first start); the stream opens at the oldest of them
 (``startAtOperationTime``), and a collection's events before its own point
@@ -24,7 +24,7 @@ handled before the restart). Events at that time are held until the token
 shows up; should it not (the stream caught up, or a later time reached),
 they are handled again, which is a no-op: entries move forward only. When
 the resume point has left the oplog every collection recovers
-(:meth:`~.sequencer.CollectionSequencer.recover`) and the stream goes on
+(:meth:`~.collection.CollectionSequencer.recover`) and the stream goes on
 from the present.
 
 A collection without events keeps its point fresh: once the stream is caught
@@ -40,14 +40,16 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from bson.timestamp import Timestamp
-from pymongo.change_stream import DatabaseChangeStream
+from pymongo.change_stream import ChangeStream, DatabaseChangeStream
+from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from .sequencer import HISTORY_LOST_CODES, CollectionSequencer, SequencerError
+from .entries import SequencerStats
+from .errors import HISTORY_LOST_CODES, SequencerError
 
 log = logging.getLogger("openprocurement_feed.dbstream")  # its name from before the package had subpackages
 
@@ -60,6 +62,38 @@ DATABASE_EVENTS = ("dropDatabase", "invalidate")
 QUIET_STATE_SECONDS = 5.0
 
 
+class StreamFollower(Protocol):
+    """What the stream needs of a collection's follower
+    (:class:`~.collection.CollectionSequencer` is one)."""
+
+    name: str
+    db: Database[Any]
+    observe: bool
+    max_await_ms: int
+    batch_size: int
+    stats: SequencerStats
+    stopping: threading.Event
+    pending: tuple[Timestamp, list[dict[str, Any]]] | None
+
+    def stream_pipeline(self) -> list[dict[str, Any]]: ...
+
+    def resume_point(self) -> tuple[Timestamp, Mapping[str, Any] | None]: ...
+
+    def recover(self) -> Timestamp: ...
+
+    def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]: ...
+
+    def handle(self, stream: ChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None: ...
+
+    def publish(
+        self, token: Mapping[str, Any] | None, token_ts: Timestamp | None, checkpoint: Timestamp | None
+    ) -> None: ...
+
+    def join_rematerializer(self, timeout: float = 10.0) -> None: ...
+
+    def _pace(self, events: int, empty: int, began: float, stopping: threading.Event) -> None: ...
+
+
 class DatabaseStream:
     """Reads one change stream of a database for the sequencers of several
     of its collections (one thread: :meth:`run`).
@@ -68,7 +102,7 @@ class DatabaseStream:
         none observe-only; the first one's batch and pacing options are used.
     """
 
-    def __init__(self, followers: Sequence[CollectionSequencer]) -> None:
+    def __init__(self, followers: Sequence[StreamFollower]) -> None:
         if not followers:
             raise ValueError("a database stream needs at least one collection")
         first = followers[0]
@@ -76,7 +110,7 @@ class DatabaseStream:
             raise ValueError("observe-only followers read their own streams")
         if any(follower.db.name != first.db.name for follower in followers):
             raise ValueError("a database stream follows the collections of one database")
-        self.followers: dict[str, CollectionSequencer] = {follower.name: follower for follower in followers}
+        self.followers: dict[str, StreamFollower] = {follower.name: follower for follower in followers}
         self.db = first.db.with_options(read_concern=ReadConcern("majority"))
         self.options = first
         #: per collection: the oldest event time it needs
@@ -96,7 +130,7 @@ class DatabaseStream:
     def pipeline(self) -> list[dict[str, Any]]:
         """The followed collections' events (and the database's own), with
         only what an entry needs of each (see
-        :meth:`~.sequencer.CollectionSequencer.stream_pipeline`)."""
+        :meth:`~.collection.CollectionSequencer.stream_pipeline`)."""
         names = list(self.followers)
         keep: dict[str, int] = {}
         for follower in self.followers.values():
