@@ -70,7 +70,7 @@ from .feed.errors import (
     query_timeout_view,
 )
 from .feed.openapi import add_openapi_paths, include_openapi
-from .feed.renderers import RENDERER, FeedJSONRenderer, load_timezone
+from .feed.renderers import RENDERER, FeedJSONRenderer
 from .feed.startup import defer
 from .feed.tweens import TWEEN_NAME
 from .feed.views import FeedDefinition, add_feed
@@ -78,7 +78,7 @@ from .operations.health import VerdictLog, checkpoint_ages, feed_figures, health
 from .operations.probes import include_probes
 from .roles import role_store
 from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
-from .settings import FeedSettings, parse_settings
+from .settings import FeedSettings, load_timezone, parse_settings
 from .store.backend import HostStore, apply_numbers, set_feed_store
 from .store.database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .store.listing import normalize

@@ -16,8 +16,11 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timezone, tzinfo
+from functools import cache
 from types import MappingProxyType
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 from pyramid.exceptions import ConfigurationError
 
@@ -358,12 +361,20 @@ def parse_route_prefix(where: str, value: str) -> str:
     return prefix
 
 
+@cache
+def load_timezone(name: str) -> tzinfo:
+    """The zone called ``name`` (``Europe/Kyiv``, ``UTC``);
+    :class:`zoneinfo.ZoneInfoNotFoundError` (a :class:`KeyError`) for an
+    unknown name."""
+    if name.upper() == "UTC":
+        return timezone.utc
+    return ZoneInfo(name)
+
+
 def parse_timezone(where: str, value: str) -> str:
     """An IANA time zone name (``Europe/Kyiv``, ``UTC``) known to
     :mod:`zoneinfo` (the system's zone database, or the ``tzdata``
     package)."""
-    from .feed.renderers import load_timezone
-
     try:
         load_timezone(value)
     except (KeyError, ValueError, OSError):

@@ -44,13 +44,13 @@ import uuid
 from collections.abc import Callable
 from datetime import date, datetime, timezone, tzinfo
 from decimal import Decimal
-from functools import cache
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from bson.decimal128 import Decimal128
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
+
+from ..settings import load_timezone
 
 log = logging.getLogger("openprocurement_feed.renderers")  # its name from before the package had subpackages
 
@@ -61,16 +61,6 @@ CONTENT_TYPE = "application/json"
 #: The zone naive datetimes are written in (``feed.timezone``): upstream's,
 #: whose renderer writes them in its ``TZ`` (``Europe/Kiev`` when unset).
 DEFAULT_TIMEZONE = "Europe/Kyiv"
-
-
-@cache
-def load_timezone(name: str) -> tzinfo:
-    """The zone called ``name`` (``Europe/Kyiv``, ``UTC``);
-    :class:`zoneinfo.ZoneInfoNotFoundError` (a :class:`KeyError`) for an
-    unknown name."""
-    if name.upper() == "UTC":
-        return timezone.utc
-    return ZoneInfo(name)
 
 
 def decimal_number(value: Decimal) -> float:

@@ -40,13 +40,12 @@ from pymongo.database import Database
 from pyramid.request import Request
 
 from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
+from .figures import VERDICTS, FeedFigures
 
 log = logging.getLogger("openprocurement_feed.health")  # its name from before the package had subpackages
 
 #: The collection of the followers' published figures.
 HEALTH_COLLECTION = "feed_health"
-#: Verdicts from best to worst.
-VERDICTS = ("ok", "unknown", "at-risk", "violated")
 #: A watcher whose figures are older than this is taken for stopped (s).
 STALE_AFTER = 10.0
 HOW_TO_WATCH = (
@@ -299,10 +298,8 @@ def lag_windows(registry: Any) -> dict[str, dict[str, float]]:
 
 def feed_figures(registry: Any) -> list[Any]:
     """Metrics scrape hook: each feed's verdict, watcher age and checkpoint
-    distance (:class:`~.metrics.FeedFigures`), as the health view sees them
+    distance (:class:`~.figures.FeedFigures`), as the health view sees them
     (without logging the verdicts' transitions)."""
-    from .metrics import FeedFigures
-
     settings = registry.feed_settings
     db = registry.feed_store.db
     figures = []

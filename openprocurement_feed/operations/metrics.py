@@ -34,7 +34,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyramid.config import Configurator
@@ -44,6 +43,7 @@ from pyramid.response import Response
 from pyramid.tweens import EXCVIEW
 
 from ..feed.views import ITEMS_KEY, feed_route_name
+from .figures import VERDICTS, FeedFigures
 
 log = logging.getLogger("openprocurement_feed.metrics")  # its name from before the package had subpackages
 
@@ -74,26 +74,6 @@ INSTALL_HINT = "pip install 'openprocurement_feed[metrics]'"
 AgeHook = Callable[[], Mapping[str, float | None]]
 #: A lag-window hook: per collection, ``{"p50": s, "p99": s, "max": s}``.
 WindowHook = Callable[[], Mapping[str, Mapping[str, float | None]]]
-
-
-@dataclass(frozen=True)
-class FeedFigures:
-    """What a health hook reports of one feed at a scrape.
-
-    :param verdict: the health view's verdict (``ok``, ``unknown``,
-        ``at-risk``, ``violated``);
-    :param watcher_age: seconds since a follower of the feed's collection
-        last published its figures (a sequencer or an observer publishes
-        about every second, quiet or not), None when none ever did;
-    :param checkpoint_behind: commit order: seconds the checkpoint trails
-        the newest public write (0 when caught up), None otherwise.
-    """
-
-    feed: str
-    collection: str
-    verdict: str
-    watcher_age: float | None = None
-    checkpoint_behind: float | None = None
 
 
 #: A health hook: the figures of every feed.
@@ -358,8 +338,6 @@ class _ScrapeCollector:
     @staticmethod
     def _health_families(figures: Iterable[FeedFigures]) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
-        from .health import VERDICTS
 
         verdict = GaugeMetricFamily(
             VERDICT,
