@@ -23,8 +23,8 @@ from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
 from ..longpoll.notifier import OVER_CAP
-from ..store.database import create_indexes as create_stamp_indexes
-from ..store.database import stamp_index_specs
+from ..store.indexes import create_indexes as create_stamp_indexes
+from ..store.indexes import stamp_index_specs
 from ..store.listing import ENTRY_FIELDS
 from ..store.offset import compose_offset
 from ..store.orders import (
