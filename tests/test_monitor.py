@@ -19,12 +19,8 @@ from typing import Any
 import pytest
 
 from openprocurement_feed.cli import main as cli_main
-from openprocurement_feed.commands.monitor import (
-    candidate_urls,
-    format_age,
-    format_ms,
-    parse_health,
-)
+from openprocurement_feed.commands.healthview import candidate_urls, parse_health
+from openprocurement_feed.commands.monitor import format_age, format_ms
 
 HOW_TO_WATCH = "No watcher runs: start 'openprocurement-feed sequence --observe CONFIG.ini'."
 REASONS = {
