@@ -13,9 +13,9 @@ from typing import Any
 from pymongo.change_stream import ChangeStream, CollectionChangeStream
 from pymongo.errors import PyMongoError
 
-from ..operations.health import event_lag
 from .dbstream import DatabaseStream
 from .errors import SequencerError
+from .lag import event_lag
 from .recovery import CollectionRecovery
 from .stamps import predecessor
 

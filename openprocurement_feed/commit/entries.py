@@ -18,9 +18,9 @@ from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from ..operations.health import LagWindow, Publisher
 from ..store.listing import normalize, take
 from ..store.orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
+from .lag import LagWindow, Publisher
 from .stamps import hashable
 
 log = logging.getLogger("openprocurement_feed.sequencer")  # the sequencer's logger, whichever module logs

@@ -1,0 +1,90 @@
+"""What a follower measures and publishes: the start-to-commit lag of each
+change (the watermark's bet) over a window, and the figures it writes to
+``feed_health`` about every second, which the health view and the metrics read."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pymongo.database import Database
+
+from ..store.orders import PUBLIC_MODIFIED
+
+#: The collection of the followers' published figures.
+HEALTH_COLLECTION = "feed_health"
+
+
+class LagWindow:
+    """Start-to-commit lags (seconds) of the last ``seconds``, thread-safe."""
+
+    def __init__(self, seconds: float = 300.0, max_samples: int = 200_000) -> None:
+        self.seconds = seconds
+        self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self.lock = threading.Lock()
+
+    def add(self, lag: float, at: float | None = None) -> None:
+        with self.lock:
+            self.samples.append((time.time() if at is None else at, lag))
+
+    def summary(self, now: float | None = None) -> dict[str, Any]:
+        """``p50``, ``p99``, ``max`` (ms), ``count`` and ``window_seconds``."""
+        now = time.time() if now is None else now
+        with self.lock:
+            while self.samples and self.samples[0][0] < now - self.seconds:
+                self.samples.popleft()
+            lags = sorted(lag for _, lag in self.samples)
+        result: dict[str, Any] = {
+            "p50": None,
+            "p99": None,
+            "max": None,
+            "count": len(lags),
+            "window_seconds": self.seconds,
+        }
+        if lags:
+            result.update(
+                p50=round(lags[len(lags) // 2] * 1000, 1),
+                p99=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 1),
+                max=round(lags[-1] * 1000, 1),
+            )
+        return result
+
+
+def event_lag(event: Mapping[str, Any]) -> float | None:
+    """An event's start-to-commit lag in seconds, when it can be measured."""
+    wall = event.get("wallTime")
+    stamp = (event.get("fullDocument") or {}).get(PUBLIC_MODIFIED)
+    if not isinstance(wall, datetime) or not isinstance(stamp, (int, float)):
+        return None
+    if wall.tzinfo is None:
+        wall = wall.replace(tzinfo=timezone.utc)
+    return max(0.0, wall.timestamp() - float(stamp))
+
+
+@dataclass
+class Publisher:
+    """Publishes a follower's figures to ``feed_health`` at most every ``every`` s."""
+
+    db: Database[Any]
+    collection: str
+    role: str
+    every: float = 1.0
+    last: float = field(default=0.0)
+
+    def maybe_publish(self, window: LagWindow, extra: Mapping[str, Any] | None = None, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        document = {
+            "role": self.role,
+            "lag_ms": window.summary(),
+            "updated": datetime.now(timezone.utc),
+            **(extra or {}),
+        }
+        self.db[HEALTH_COLLECTION].update_one({"_id": self.collection}, {"$set": document}, upsert=True)
