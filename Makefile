@@ -65,12 +65,14 @@ test-stress: $(STAMP_TEST)
 	echo "test-stress: a busy loop (pid $$busy) keeps one core busy"; \
 	$(MAKE) --no-print-directory test
 
-# ruff (lint, then the format check), mypy and bandit, configured in pyproject.toml.
+# ruff (lint, then the format check), mypy, bandit and the import contracts
+# (lint-imports), configured in pyproject.toml.
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/bandit -q -r openprocurement_feed -c pyproject.toml
+	$(BIN)/lint-imports
 
 # schemathesis against the demo over HTTP (tests/test_fuzz.py), both feed
 # orders, with many more examples than make test runs: FUZZ_EXAMPLES

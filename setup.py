@@ -53,7 +53,8 @@ TEST = [
     *PLOT,
 ]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
-# checks the types, bandit looks for security mistakes; the stubs cover the typed-by-stub libraries the package
+# checks the types, bandit looks for security mistakes, lint-imports keeps the
+# layout's contracts; the stubs cover the typed-by-stub libraries the package
 # and its tests use (pyramid and cornice have none: see pyproject.toml).
 LINT = [
     "ruff>=0.6",
@@ -65,6 +66,9 @@ LINT = [
     "types-webtest",
     # security checks of the package's code (make lint; pyproject.toml [tool.bandit])
     "bandit>=1.7.5",
+    # the layout's contracts: which subpackage may import which (make lint;
+    # pyproject.toml [tool.importlinter])
+    "import-linter>=2.1",
 ]
 # The Python matrix (make matrix).
 MATRIX = ["tox>=4.11"]
