@@ -1,5 +1,5 @@
-"""Waiting for a feed's next change: the waiters and the per-order followers
-of a feed's bound.
+"""Waiting for a feed's next change: the waiters, their watches, and the
+notifier that follows each feed's bound in its order.
 
 May import ``openprocurement_feed.store`` and ``openprocurement_feed.settings``.
 """

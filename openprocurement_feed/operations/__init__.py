@@ -2,6 +2,7 @@
 and the query plans' explanation.
 
 Reads what the others publish and writes nothing they own: may import
+``openprocurement_feed.commit`` (what the follower publishes),
 ``openprocurement_feed.feed``, ``openprocurement_feed.store`` and
-``openprocurement_feed.settings``; never the commit follower.
+``openprocurement_feed.settings``.
 """
