@@ -38,6 +38,17 @@ from .healthview import (
     HealthSource,
     overall_status,
 )
+
+# the health view's client lives in .healthview; its names are still importable from here
+from .healthview import HEALTH_STATUSES as HEALTH_STATUSES
+from .healthview import HEALTH_SUFFIX as HEALTH_SUFFIX
+from .healthview import Lag as Lag
+from .healthview import ServerError as ServerError
+from .healthview import Unreachable as Unreachable
+from .healthview import candidate_urls as candidate_urls
+from .healthview import fetch_health as fetch_health
+from .healthview import parse_feed as parse_feed
+from .healthview import parse_health as parse_health
 from .options import HTTP_TIMEOUT, INTERVAL, RUN_FOR, URL, Flag, add_command, positive_float
 
 if TYPE_CHECKING:  # pragma: no cover

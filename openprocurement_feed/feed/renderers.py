@@ -50,7 +50,7 @@ from bson.decimal128 import Decimal128
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
-from ..settings import load_timezone
+from ..settings import load_timezone as load_timezone  # (it lives with the settings that check it)
 
 log = logging.getLogger("openprocurement_feed.renderers")  # its name from before the package had subpackages
 

@@ -51,6 +51,7 @@ from ..settings import DEFAULT_MAX_WAITERS
 from ..store.offset import Offset
 from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
 from .waiters import FeedCounters, Rows, Waiter, Watch, passes, waiter_key
+from .waiters import Key as Key
 
 log = logging.getLogger("openprocurement_feed.longpoll")  # its name from before the package had subpackages
 

@@ -38,6 +38,7 @@ from pymongo.database import Database
 from pyramid.request import Request
 
 from ..commit.lag import HEALTH_COLLECTION, LagWindow, event_lag
+from ..commit.lag import Publisher as Publisher
 from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
 from .figures import VERDICTS, FeedFigures
 

@@ -26,7 +26,13 @@ from pymongo.write_concern import WriteConcern
 from ..roles import open_client
 from ..save_errors import save_error
 from ..settings import FeedSettings
+
+# the index helpers live in .indexes; they are still importable from here
+from .indexes import INDEX_KEY_SPECS_CONFLICT as INDEX_KEY_SPECS_CONFLICT
+from .indexes import INDEX_OPTIONS_CONFLICT as INDEX_OPTIONS_CONFLICT
 from .indexes import FeedIndexesMixin
+from .indexes import create_indexes as create_indexes
+from .indexes import stamp_index_specs as stamp_index_specs
 from .offset import Offset, ids_digest
 from .orders import (
     COMMIT,
