@@ -68,6 +68,8 @@ class MatrixConfig:
     settle: float = 10.0
     writers: int = 4
     rate: float = 5.0
+    #: one write in this many is a create (1: creates only)
+    create_every: int = 4
     tenders: int = 30
     write_delay: str = "5-40"
     longpoll: float = 5.0
@@ -136,7 +138,16 @@ class OrderRun:
         health = server.url + registry.feed_settings.health_path
         self.probe = ReadProbe(api, health, "tenders", ids, self.log)
         self.writers = [
-            FaultWriter(api, ids, self.log, access, rate=config.rate, seed=number, name=f"writer-{number}")
+            FaultWriter(
+                api,
+                ids,
+                self.log,
+                access,
+                rate=config.rate,
+                create_every=config.create_every,
+                seed=number,
+                name=f"writer-{number}",
+            )
             for number in range(config.writers)
         ]
         for thread in (*self.crawlers, self.probe, *self.writers):
