@@ -160,6 +160,7 @@ def _assert_kept(result: CellResult) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.server
 def test_the_watermark_order_loses_a_commit_delayed_past_w_and_says_so(fault_uri: str) -> None:
     cells = [Cell("write-concern", WEB, "commitTransaction", 64), Cell("slow", WEB, "commitTransaction")]
     # creates only: a held commit's tender is not patched again after it,
@@ -172,6 +173,7 @@ def test_the_watermark_order_loses_a_commit_delayed_past_w_and_says_so(fault_uri
 
 
 @pytest.mark.slow
+@pytest.mark.server
 def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: str) -> None:
     cells = [
         Cell("election", WEB, "commitTransaction", 10107),
@@ -195,6 +197,7 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> No
         time.sleep(0.1)
 
 
+@pytest.mark.server
 def test_the_health_view_and_the_metrics_show_a_failing_sequencer_while_it_fails(fault_uri: str) -> None:
     from webtest import TestApp
 
