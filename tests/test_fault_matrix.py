@@ -72,9 +72,12 @@ def test_the_measures_of_a_cell() -> None:
         Answer("patch", 500, 0.4, 0.5, bare=True),
         Answer("feed", 200, 1.0, 3.5),
         Answer("create", 201, 4.0, 4.2),
-        Answer("health", 503, 4.0, 4.1, bare=True),
+        Answer("health", 503, 4.0, 4.1, bare=True),  # the violated verdict
+        Answer("health", 200, 4.1, 4.2),
     ]
     assert measure.status_counts(answers) == {"200": 2, "201": 1, "500": 1, "503": 1}
+    failed = Answer("health", 503, 4.2, 4.3, bare=False)  # a database error, with Retry-After
+    assert measure.status_counts([*answers, failed])["503"] == 2
     assert measure.bare_errors(answers) == 1  # the health view's violated 503 aside
     assert measure.longest_unanswered(answers, 0.0, 4.0) == 3.4
     assert measure.recovery(answers, 0.9) == 3.3
