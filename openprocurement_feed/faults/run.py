@@ -129,6 +129,7 @@ class OrderRun:
         api = server.api_url
         access = Access(server.writer_key)
         config = self.config
+        self.progress(f"[{self.order}] creating {config.tenders} tenders")
         ids = create_many(api, config.tenders, large=False, access=access)
         feed_url = f"{api}/tenders"
         self.crawlers = [
@@ -152,6 +153,9 @@ class OrderRun:
         ]
         for thread in (*self.crawlers, self.probe, *self.writers):
             thread.start()
+        self.progress(
+            f"[{self.order}] {config.writers} writers, a crawler, a long-poll crawler and a read probe running"
+        )
         return self
 
     def wait_recovered(self, fault_end: float) -> None:
