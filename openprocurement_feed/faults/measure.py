@@ -28,11 +28,12 @@ def in_window(answers: Iterable[Answer], since: float, until: float) -> list[Ans
 
 def status_counts(answers: Iterable[Answer]) -> dict[str, int]:
     """How many answers of each status (``"none"``: no HTTP answer), the
-    health view's left out (its 503 is its verdict, shown apart) unless it
-    failed otherwise."""
+    health view's verdicts left out (200, and the ``violated`` 503, which
+    has no ``Retry-After``: shown apart); its other answers (a 503 of a
+    database error) count."""
     counts: Counter[str] = Counter()
     for answer in answers:
-        if answer.what == "health" and answer.status in (200, 503):
+        if answer.what == "health" and (answer.status == 200 or (answer.status == 503 and answer.bare)):
             continue
         counts["none" if answer.status == 0 else str(answer.status)] += 1
     return dict(sorted(counts.items()))

@@ -68,6 +68,8 @@ class MatrixConfig:
     settle: float = 10.0
     writers: int = 4
     rate: float = 5.0
+    #: one write in this many is a create (1: creates only)
+    create_every: int = 4
     tenders: int = 30
     write_delay: str = "5-40"
     longpoll: float = 5.0
@@ -127,6 +129,7 @@ class OrderRun:
         api = server.api_url
         access = Access(server.writer_key)
         config = self.config
+        self.progress(f"[{self.order}] creating {config.tenders} tenders")
         ids = create_many(api, config.tenders, large=False, access=access)
         feed_url = f"{api}/tenders"
         self.crawlers = [
@@ -136,11 +139,23 @@ class OrderRun:
         health = server.url + registry.feed_settings.health_path
         self.probe = ReadProbe(api, health, "tenders", ids, self.log)
         self.writers = [
-            FaultWriter(api, ids, self.log, access, rate=config.rate, seed=number, name=f"writer-{number}")
+            FaultWriter(
+                api,
+                ids,
+                self.log,
+                access,
+                rate=config.rate,
+                create_every=config.create_every,
+                seed=number,
+                name=f"writer-{number}",
+            )
             for number in range(config.writers)
         ]
         for thread in (*self.crawlers, self.probe, *self.writers):
             thread.start()
+        self.progress(
+            f"[{self.order}] {config.writers} writers, a crawler, a long-poll crawler and a read probe running"
+        )
         return self
 
     def wait_recovered(self, fault_end: float) -> None:
