@@ -49,13 +49,13 @@ run: $(STAMP_RUN)
 # repeats an order) with the coverage floor, then the docs.
 test: $(STAMP_TEST)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 $(COV) $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal --durations=15 $(COV) $(ARGS)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # The inner loop: the tests that need no database server and start no
 # process (pytest -m "not server"), in seconds; no coverage floor.
 test-unit: $(STAMP_TEST)
-	$(BIN)/python -m pytest -n $(WORKERS) -q -m "not server" --durations=5 $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -q -m "not server" --durations=5 $(ARGS)
 
 # make test with one core kept busy by another process the whole time: the
 # suite must not care how fast the machine is (its order is random anyway).
