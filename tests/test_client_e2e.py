@@ -250,18 +250,18 @@ def database_state(store: Any) -> dict[str, str]:
 
 
 def test_full_sync_then_resume_sees_only_changes(demo: DemoServer, tmp_path: Any) -> None:
-    ids = create_tenders(demo.api_url, 120, seed=1)
+    ids = create_tenders(demo.api_url, 60, seed=1)
     wait_watermark()
     state = tmp_path / "tenders.state"
     first = Collector()
-    with FeedSync(demo.api_url + "/tenders", first, state, limit=25) as sync:
+    with FeedSync(demo.api_url + "/tenders", first, state, limit=12) as sync:
         stats = sync.run()
     assert sorted(first.latest) == sorted(ids)
     assert first.repeats == 0
     assert stats.backward_done and stats.caught_up_at is not None
     assert all(batch.direction == "backward" and not batch.may_repeat for batch in first.batches)
     saved = json.loads(state.read_text())
-    assert saved["backward_done"] is True and saved["items_handled"] == 120
+    assert saved["backward_done"] is True and saved["items_handled"] == 60
 
     changed = ids[:7]
     http = requests.Session()
@@ -270,7 +270,7 @@ def test_full_sync_then_resume_sees_only_changes(demo: DemoServer, tmp_path: Any
     new = create_tenders(demo.api_url, 3, seed=2, session=http)
     wait_watermark()
     second = Collector()
-    with FeedSync(demo.api_url + "/tenders", second, state, limit=25, opt_fields=None) as sync:
+    with FeedSync(demo.api_url + "/tenders", second, state, limit=12, opt_fields=None) as sync:
         stats = sync.run()
     assert sorted(second.latest) == sorted(changed + new)
     assert all(batch.direction == "forward" for batch in second.batches)
@@ -352,8 +352,8 @@ def crashing(collector: Collector, after_pages: int, direction: str | None = Non
 
 
 def test_interrupted_and_restarted_loses_nothing(demo: DemoServer, tmp_path: Any) -> None:
-    limit = 20
-    ids = create_tenders(demo.api_url, 150, seed=4)
+    limit = 10
+    ids = create_tenders(demo.api_url, 75, seed=4)
     wait_watermark()
     url = demo.api_url + "/tenders"
     state = tmp_path / "state.json"
@@ -372,9 +372,9 @@ def test_interrupted_and_restarted_loses_nothing(demo: DemoServer, tmp_path: Any
     # 2. changes arrive; crash in the middle of the forward crawl, then restart
     before = collector.repeats
     http = requests.Session()
-    for tender_id in ids[:45]:
+    for tender_id in ids[:23]:
         http.patch(f"{url}/{tender_id}", json={"data": {"status": "complete"}}).raise_for_status()
-    ids += create_tenders(demo.api_url, 15, seed=5, session=http)
+    ids += create_tenders(demo.api_url, 8, seed=5, session=http)
     wait_watermark()
     with FeedSync(url, crashing(collector, 2, "forward"), state, limit=limit) as sync, pytest.raises(Crash):
         sync.run()
@@ -409,7 +409,7 @@ def test_rejected_offset_in_state_file_restarts_and_completes(demo: DemoServer, 
 
 def test_faults_are_waited_out_and_nothing_is_lost(faulty: tuple[FaultyFeed, DropProxy, str, Any]) -> None:
     faults, proxy, api, _store = faulty
-    ids = create_tenders(api, 140, seed=7)
+    ids = create_tenders(api, 80, seed=7)
     wait_watermark()
     waits: list[float] = []
 
@@ -435,7 +435,7 @@ def test_faults_are_waited_out_and_nothing_is_lost(faulty: tuple[FaultyFeed, Dro
         if pages["n"] in plan:
             plan[pages["n"]]()
 
-    with FeedSync(api + "/tenders", handle, None, limit=20, retry=FAST_RETRY, sleep=sleep) as sync:
+    with FeedSync(api + "/tenders", handle, None, limit=10, retry=FAST_RETRY, sleep=sleep) as sync:
         stats = sync.run()
     assert set(collector.latest) == set(ids)
     assert collector.repeats == 0  # the dedup memory absorbed the restart

@@ -24,7 +24,7 @@ from openprocurement_feed.testing import make_settings
 pytestmark = pytest.mark.server
 
 #: Seconds each way of crawling is measured (the benchmark: 30).
-SPAN = 8.0
+SPAN = 5.0
 
 
 @pytest.fixture(scope="module")
