@@ -73,3 +73,21 @@ def test_event_keys_and_batches() -> None:
     assert _hashable({"x": [1]}) == "{'x': [1]}"  # an unhashable _id still keys a dict
     assert list(_chunks(({"n": n} for n in range(5)), 2)) == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 3}], [{"n": 4}]]
     assert list(_chunks([], 3)) == []
+
+
+def test_a_read_of_the_stream_that_does_not_return_counts_as_a_failure() -> None:
+    from openprocurement_feed.commit.entries import SequencerStats
+
+    stats = SequencerStats()
+    assert stats.failure(2.0) is None
+    stats.reading()
+    began = stats.reading_since
+    assert began is not None
+    assert stats.failure(2.0, now=began + 1.9) is None  # a read takes its time
+    since, why = stats.failure(2.0, now=began + 2.5) or (0.0, "")
+    assert since == began and "has not returned for 2.5 s" in why
+    stats.read()
+    assert stats.failure(2.0, now=began + 60) is None
+    stats.reading()
+    stats.failed(ConnectionError("gone"))  # the driver gave up: its error says more
+    assert stats.reading_since is None and stats.failure(2.0) == (stats.failing_since, "ConnectionError: gone")

@@ -223,7 +223,9 @@ class CollectionSequencer(CollectionRecovery):
                     empty = 0
                     while not stopping.is_set():
                         began = time.monotonic()
+                        self.stats.reading()
                         events, caught_up = self.read_batch(stream)
+                        self.stats.read()
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         self._pace(len(events), empty, began, stopping)

@@ -275,7 +275,11 @@ class DatabaseStream:
                     empty = 0
                     while not stopping.is_set():
                         began = time.monotonic()
+                        for follower in self.followers.values():
+                            follower.stats.reading()
                         events, caught_up = options.read_batch(stream)
+                        for follower in self.followers.values():
+                            follower.stats.read()
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         options._pace(len(events), empty, began, stopping)

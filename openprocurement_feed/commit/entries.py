@@ -51,13 +51,43 @@ class SequencerStats:
     failing_since: float | None = None
     #: the last of those errors, one line
     last_error: str = ""
+    #: since when (wall-clock seconds) the current read of the change stream
+    #: has waited, None between two reads: the driver resumes a stream by
+    #: itself after a resumable error and, after an election's error, waits
+    #: in server selection, so a read can hang for seconds with no error
+    #: reaching the follower (the health view shows such a read as a failure)
+    reading_since: float | None = None
 
     def failed(self, error: BaseException) -> None:
         """Record a database error that stopped the stream (it is retried)."""
         self.restarts += 1
+        self.reading_since = None
         if self.failing_since is None:
             self.failing_since = time.time()
         self.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+
+    def reading(self) -> None:
+        """A read of the stream begins."""
+        self.reading_since = time.time()
+
+    def read(self) -> None:
+        """The read of the stream returned."""
+        self.reading_since = None
+
+    def failure(self, stuck_after: float, now: float | None = None) -> tuple[float, str] | None:
+        """Since when (wall-clock seconds) and why the follower has not
+        followed: a database error it retries, or a read of its stream that
+        has not returned for ``stuck_after`` seconds; None while it follows."""
+        if self.failing_since is not None:
+            return self.failing_since, self.last_error
+        since = self.reading_since
+        now = time.time() if now is None else now
+        if since is not None and now - since >= stuck_after:
+            return (
+                since,
+                f"a read of its change stream has not returned for {now - since:.1f} s (the driver retries it)",
+            )
+        return None
 
     def following(self) -> None:
         """A batch was read and handled: whatever failed before is over."""

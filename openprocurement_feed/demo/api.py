@@ -362,6 +362,10 @@ def patch_view(resource: Resource) -> Callable[[Request], dict[str, Any]]:
             doc = collection.find_one({"_id": object_id}, session=session)
             if doc is None:
                 return None
+            # The stamp is taken once the object is read: a read held (a slow
+            # or busy database) past a competing commit returns that commit's
+            # version, and this one must not carry an older dateModified.
+            request.feed_now = datetime.now(timezone.utc)
             allowed = request.has_permission(EDIT, OwnedObject(doc))
             if not allowed:
                 raise HTTPForbidden(detail=allowed.msg, result=allowed)

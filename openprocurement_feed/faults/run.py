@@ -8,7 +8,8 @@ crawler following ``next_page``, a long-poll crawler and a read probe run
 for the whole order. Each cell (:func:`run_cell`):
 
 1. arms its fault for ``hold`` seconds (a transient one fails its next
-   ``times`` commands in that time), then clears it;
+   ``times`` commands in that time; ``hold_until`` keeps it armed until a
+   given verdict shows), then clears it;
 2. waits until a read and a write started after the fault's end were
    answered (at most ``recover_timeout`` seconds);
 3. pauses the writers and lets the crawlers catch up (``W`` plus
@@ -76,6 +77,11 @@ class MatrixConfig:
     uri: str | None = None
     drop: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    #: cell name → a verdict: that cell's fault stays armed past ``hold``
+    #: until the read probe sees the verdict (at most ``recover_timeout``
+    #: seconds), for a check that a fault shows in the health view whatever
+    #: the driver's own retries make of its timing
+    hold_until: dict[str, str] = field(default_factory=dict)
 
 
 def app_names(registry: Any) -> dict[str, str]:
@@ -167,6 +173,15 @@ class OrderRun:
                 return
             time.sleep(0.05)
 
+    def wait_verdict(self, verdict: str, since: float, deadline: float) -> bool:
+        """Until the probe has seen ``verdict`` since ``since`` (True), or
+        ``deadline`` (False)."""
+        while time.monotonic() < deadline:
+            if any(moment >= since and seen == verdict for moment, seen in self.log.verdicts):
+                return True
+            time.sleep(0.05)
+        return False
+
     def finals(self, ids: Sequence[str]) -> dict[str, str]:
         """The stored ``dateModified`` of each tender of ``ids``."""
         collection = self.server.registry.feed_store.collection("tenders")
@@ -201,6 +216,9 @@ class OrderRun:
         began = time.monotonic()
         with fail.armed(cell.fail_point(self.names[cell.role])):
             time.sleep(self.config.hold)
+            wanted = self.config.hold_until.get(cell.name)
+            if wanted is not None:
+                self.wait_verdict(wanted, began, began + self.config.recover_timeout)
         fault_end = time.monotonic()
         self.wait_recovered(fault_end)
         for writer in self.writers:

@@ -46,6 +46,13 @@ log = logging.getLogger("openprocurement_feed.health")  # its name from before t
 
 #: A watcher whose figures are older than this is taken for stopped (s).
 STALE_AFTER = 10.0
+#: An in-process follower whose read of its change stream has not returned
+#: for this long counts as failing (s). A read asks the server for what it
+#: holds and waits 1 ms (:mod:`..commit.dbstream`): it takes milliseconds,
+#: tens under load. One that hangs is the driver retrying by itself (a
+#: resumable error resumed, a server marked unknown after an election's
+#: error waited for in server selection, up to its time-out).
+STUCK_READ_SECONDS = 2.0
 HOW_TO_WATCH = (
     "No watcher runs: start 'openprocurement-feed sequence --observe CONFIG.ini' "
     "(or 'sequence CONFIG.ini' for commit-ordered feeds), or set "
@@ -98,13 +105,16 @@ def feed_health(
 
 def follower_failure(registry: Any, collection: str) -> dict[str, Any] | None:
     """How long the in-process follower of ``collection`` has been kept
-    from following by database errors, and the last one; None while it
-    follows (or where it runs in another process)."""
+    from following by database errors, and the last one (or by a read of
+    its stream that has not returned for :data:`STUCK_READ_SECONDS`); None
+    while it follows (or where it runs in another process)."""
     sequencer = getattr(registry, "feed_sequencer", None)
+    now = time.time()
     for follower in getattr(sequencer, "followers", ()):
-        since = follower.stats.failing_since
-        if follower.name == collection and since is not None:
-            return {"seconds": round(max(0.0, time.time() - since), 1), "error": follower.stats.last_error}
+        failure = follower.stats.failure(STUCK_READ_SECONDS, now) if follower.name == collection else None
+        if failure is not None:
+            since, error = failure
+            return {"seconds": round(max(0.0, now - since), 1), "error": error}
     return None
 
 
