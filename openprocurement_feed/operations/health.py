@@ -18,10 +18,12 @@ Verdicts (:func:`feed_health`):
 
 While the in-process follower (``feed.sequencer = thread`` or ``observe``)
 cannot read its change stream or write its positions (an election, a
-dropped connection, a lost stream history: it retries), the view says so at
-once (``watcher.failing``) and the verdict is at least ``at-risk`` in commit
-order (the checkpoint stands still) and ``unknown`` in watermark order (the
-lag is not measured), whatever the figures published before the fault say.
+dropped connection, a lost stream history: it retries), or while a read of
+its stream has not returned for :data:`STUCK_READ_SECONDS` (the driver
+retrying by itself), the view says so (``watcher.failing``) and the verdict
+is at least ``at-risk`` in commit order (the checkpoint stands still) and
+``unknown`` in watermark order (the lag is not measured), whatever the
+figures published before the fault say.
 """
 
 from __future__ import annotations
