@@ -30,6 +30,9 @@ from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.roles import WEB
 from openprocurement_feed.testing import make_settings
 
+#: starts servers or processes of its own (make test-unit leaves it out)
+pytestmark = pytest.mark.server
+
 TENDERS = "/api/2.5/tenders"
 WTIMEOUT = {
     "code": 64,
