@@ -28,22 +28,8 @@ INVALIDATING = frozenset({"drop", "rename", "dropDatabase", "invalidate"})
 class CollectionSequencer(CollectionRecovery):
     """Follows one collection's change stream and keeps its positions.
 
-    :param collection: the feed collection (its database holds the positions
-        and the state).
-    :param scope_fields: document fields the collection's feeds filter on,
-        copied into each entry.
-    :param listing: the document fields the collection's feeds may show
-        (:mod:`.listing`), copied into each entry.
-    :param batch_size: the most events handled in one bulk write.
-    :param max_await_ms: how long one read of the stream waits for events
-        (short: a batch is what the server holds when it is read, see
-        :meth:`_pace`).
-    :param batch_seconds: the longest a batch reads on before its entries
-        are written.
-    :param read_interval: the least time between the starts of two batches
-        (:meth:`_pace`).
-    :param idle_seconds: the longest pause before reading a stream again
-        after reads that found nothing.
+    Its parameters are :class:`~.entries.CollectionEntries`' (the
+    collection, its scope and listing fields, the batch and pacing options).
     """
 
     # -- the stream ---------------------------------------------------------
