@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -120,6 +121,7 @@ def test_bad_flags_are_clear_errors(argv: list[str], message: str, capsys: pytes
 def test_one_cell_end_to_end_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     """One transient fault in the commit order, through the command: the
     promise kept, the figures of a real run."""
+    level = logging.getLogger().level
     status = cli_main(
         [
             "faults",
@@ -145,3 +147,4 @@ def test_one_cell_end_to_end_as_json(capsys: pytest.CaptureFixture[str]) -> None
     assert cell["outcome"] == KEPT and cell["lost"] == 0 and cell["duplicates"] == 0
     assert cell["acknowledged"] > 0 and cell["recovery_s"] is not None
     assert "election 10107 web:commitTransaction x3" in captured.err  # the progress line
+    assert logging.getLogger().level == level, "the command restored the root logger's level"

@@ -104,10 +104,13 @@ def run(args: argparse.Namespace) -> int:
     from ..faults.report import matrix_json, print_table, problems
     from ..faults.run import ORDERS, MatrixConfig, run_matrix
 
+    root = logging.getLogger()
+    level = root.level
     if not args.verbose:
         # Each fault is logged by the app, the sequencer and the driver as it
-        # happens: the rows say what came of it.
-        logging.getLogger().setLevel(logging.CRITICAL)
+        # happens: the rows say what came of it (the level is restored after
+        # the run: a caller in the same process keeps its logging).
+        root.setLevel(logging.CRITICAL)
     config = MatrixConfig(
         cells=tuple(cells),
         orders=ORDERS if args.order == "both" else (args.order,),
@@ -124,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error).splitlines()[0]) from None
     except (PyMongoError, RequestException) as error:
         raise CommandError(f"the matrix failed: {type(error).__name__}: {error}") from None
+    finally:
+        root.setLevel(level)
     seconds = time.monotonic() - started
     if args.json:
         print(matrix_json(results, seconds))
