@@ -77,6 +77,11 @@ MIN_WATERMARK_INTERVAL = 0.25
 #: Seconds after stamp + ``W`` a watermark waiter is woken: the page's own
 #: ``$$NOW - W`` (millisecond resolution) must already include the stamp.
 WAKE_MARGIN = 0.003
+#: Seconds a woken watermark waiter waits before it reads again when its
+#: page still showed nothing, doubled each time: the notifier estimates the
+#: database's clock to within a round trip, which a loaded machine stretches
+#: past :data:`WAKE_MARGIN`, and no later stamp would wake it again.
+WATERMARK_RECHECKS = (0.05, 0.1, 0.2, 0.4, 0.8)
 #: Watermark stamps waiting to become visible, at most, per collection (an
 #: older one dropped is covered by a newer one, woken a little later).
 MAX_PENDING = 64
@@ -234,6 +239,8 @@ class LongPollNotifier:
                     counters.wakeups += 1
                 self._count(feed, "wakeup")
                 rows = read()
+                if not rows and order != COMMIT:
+                    rows = self._read_again(waiter, read, deadline)
                 if rows:
                     outcome = WOKEN
                     break
@@ -251,6 +258,23 @@ class LongPollNotifier:
         if outcome == TIMEOUT:
             self._count(feed, TIMEOUT)
         return rows, outcome
+
+    def _read_again(self, waiter: Waiter, read: Callable[[], Rows], deadline: float) -> Rows:
+        """A watermark waiter woken by a stamp whose page still shows
+        nothing: read again after each of :data:`WATERMARK_RECHECKS` (a
+        new wake or a stop cuts the pause short), until rows or the
+        deadline."""
+        for pause in WATERMARK_RECHECKS:
+            if time.monotonic() + pause >= deadline:
+                break
+            if waiter.event.wait(pause):
+                waiter.event.clear()
+            if self.stopping:
+                break
+            rows = read()
+            if rows:
+                return rows
+        return []
 
     def stop(self, timeout: float = 2.0) -> None:
         """Answer every waiter at once and end the thread (within ``timeout``)."""
