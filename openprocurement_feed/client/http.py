@@ -232,8 +232,21 @@ def send_get(session: requests.Session, url: str, timeout: float | tuple[float, 
     :class:`TransientError` (retried); a TLS error or a request that cannot
     be made is a :class:`FeedError` (not retried). Used for feed pages and
     for objects (:mod:`.objects`)."""
+    return send_request(session, "GET", url, timeout)
+
+
+def send_request(
+    session: requests.Session,
+    method: str,
+    url: str,
+    timeout: float | tuple[float, float],
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> requests.Response:
+    """One request, its failures sorted as :func:`send_get` sorts them
+    (the reconcile rounds POST their messages with it)."""
     try:
-        return session.get(url, timeout=timeout)
+        return session.request(method, url, data=data, headers=headers, timeout=timeout)
     except requests.exceptions.SSLError as error:
         raise FeedError(f"TLS error for {url}: {error}") from None
     except requests.Timeout:
@@ -467,6 +480,7 @@ __all__ = [
     "RetryPolicy",
     "TransientError",
     "parse_retry_after",
+    "send_request",
     "split_feed_url",
     "user_agent",
 ]

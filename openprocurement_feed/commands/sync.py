@@ -11,6 +11,10 @@ With --fetch the command reads the whole object of every new item
 (GET URL/{id}), --fetch-concurrency at a time, and writes the objects instead
 of the feed items; an object deleted since its page was served (404) is
 skipped with a warning.
+
+With --verify the copy in --out is checked against the feed once the sync
+has caught up, as ``openprocurement-feed verify URL --items OUT`` does (exit
+status 0 in sync, 1 differences found, 2 the feed could not be read).
 """
 
 from __future__ import annotations
@@ -118,6 +122,12 @@ FLAGS = (
         help="with --fetch: object requests in flight at most (default: %(default)s)",
     ),
     Flag("--no-progress", action="store_true", help="no progress display on stderr"),
+    Flag(
+        "--verify",
+        action="store_true",
+        help="once caught up, check the copy in --out against the feed as verify does (needs --out; "
+        "not with --follow); the exit status is then verify's",
+    ),
 )
 
 
@@ -217,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..client import FeedError, FeedSync, FeedUnavailable, JsonLinesWriter, RetryPolicy, StateError
 
+    if args.verify and (not args.out or args.follow):
+        args.parser.error("--verify needs --out (the copy to check) and no --follow (it runs once the sync ends)")
     _check_path(args.state, "--state")
     if args.out:
         _check_path(args.out, "--out")
@@ -275,11 +287,15 @@ def run(args: argparse.Namespace) -> int:
         print(summary(stats, args.state, args.out), file=sys.stderr)
         if received:
             return 130 if received[0] == signal.SIGINT else 0
-        return 0
     finally:
         progress.close()
         if writer is not None:
             writer.close()
+    if args.verify:
+        from .verify import verify
+
+        return verify(args.url, args.out, mode=args.mode, timeout=args.timeout, concurrency=args.fetch_concurrency)
+    return 0
 
 
 class _graceful_stop:
