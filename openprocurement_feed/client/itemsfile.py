@@ -53,14 +53,17 @@ def read_items(path: str | os.PathLike[str]) -> ItemsCopy:
     copy = ItemsCopy(name)
     stamps: dict[str, int] = {}
     try:
-        stream = open(name, encoding="utf-8")  # noqa: SIM115 - closed below
+        stream = open(name, "rb")  # noqa: SIM115 - closed below; bytes, so that a bad line is named exactly
     except OSError as error:
         raise ItemsFileError(f"cannot read {name!r}: {error.strerror or error}") from None
     with stream:
-        number = 0
         try:
-            for number, text in enumerate(stream, start=1):
+            for number, raw in enumerate(stream, start=1):
                 copy.lines = number
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ItemsFileError(f"{name}: line {number} is not UTF-8 text ({error.reason})") from None
                 if not text.strip():
                     continue
                 key, stamp, date_modified = _parse(text, name, number)
@@ -71,8 +74,6 @@ def read_items(path: str | os.PathLike[str]) -> ItemsCopy:
                 elif stamp >= stamps.get(key, stamp):
                     copy.versions[key] = date_modified
                     stamps[key] = stamp
-        except UnicodeDecodeError as error:
-            raise ItemsFileError(f"{name}: line {number + 1} is not UTF-8 text ({error.reason})") from None
         except OSError as error:
             raise ItemsFileError(f"cannot read {name!r}: {error.strerror or error}") from None
     return copy
