@@ -37,6 +37,9 @@ TEST = [
     "pytest-randomly>=3.15",
     "webtest>=3.0",
     "hypothesis>=6.90",
+    # tests/test_reconcile_nip77.py: one pytest-xdist worker installs the
+    # pinned nostr-tools (npm) while the others wait on a file lock
+    "filelock>=3.12",
     # tests/test_ops_files.py reads the Prometheus rules (ops/prometheus)
     "pyyaml>=6.0",
     # tests/test_openapi.py validates the OpenAPI document; tests/test_fuzz.py

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
-from .fingerprint import MODULUS, fingerprint_of, id_int
+from .fingerprint import MODULUS, fingerprint_of
 from .items import Bound, Item
 
 __all__ = ["Storage", "VectorStorage"]
@@ -42,6 +43,10 @@ class Storage(Protocol):
 
     def fingerprint(self, begin: int, end: int) -> bytes:
         """The fingerprint of the items at positions ``begin`` .. ``end - 1``."""
+
+
+#: An item's place in the order: (timestamp, id), taken in C.
+_sort_key: Callable[[Item], tuple[int, bytes]] = operator.attrgetter("timestamp", "id")
 
 
 class VectorStorage:
@@ -75,18 +80,20 @@ class VectorStorage:
         """Sort the items and compute the prefix sums; raises ValueError on a duplicate item."""
         if self._sealed:
             raise RuntimeError("the storage is already sealed")
-        items = sorted(self._pending)
+        items = sorted(self._pending, key=_sort_key)
         self._pending = []
-        for previous, current in itertools.pairwise(items):
+        keys = [_sort_key(item) for item in items]
+        for previous, current in itertools.pairwise(keys):
             if previous == current:
-                raise ValueError(f"duplicate item: timestamp {current.timestamp}, id {current.id.hex()}")
+                raise ValueError(f"duplicate item: timestamp {current[0]}, id {current[1].hex()}")
         prefix = [0] * (len(items) + 1)
         total = 0
-        for i, item in enumerate(items, 1):
-            total = (total + id_int(item.id)) % MODULUS
+        from_bytes = int.from_bytes
+        for i, (_, id) in enumerate(keys, 1):
+            total = (total + from_bytes(id, "little")) % MODULUS
             prefix[i] = total
         self._items = items
-        self._keys = [(item.timestamp, item.id) for item in items]
+        self._keys = keys
         self._prefix = prefix
         self._sealed = True
 
