@@ -26,8 +26,10 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent / "data" / "negentropy_vectors.json"
@@ -44,7 +46,7 @@ class Case:
     responder: list[tuple[int, str]]
     initiator_limit: int = 0
     responder_limit: int = 0
-    transcript: list[dict[str, object]] = field(default_factory=list)
+    transcript: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _id(rng: random.Random) -> str:
@@ -56,7 +58,7 @@ def _split(
     common: int,
     only_a: int,
     only_b: int,
-    timestamp: callable,  # type: ignore[valid-type]
+    timestamp: Callable[[], int],
 ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     both = [(timestamp(), _id(rng)) for _ in range(common)]
     a = [(timestamp(), _id(rng)) for _ in range(only_a)]
@@ -69,7 +71,7 @@ def cases() -> list[Case]:
     rng = random.Random(37)
     out: list[Case] = []
 
-    def spread(width: int) -> callable:  # type: ignore[valid-type]
+    def spread(width: int) -> Callable[[], int]:
         return lambda: BASE + rng.randrange(width)
 
     out.append(Case("empty", "both sets empty", [], []))
@@ -183,8 +185,8 @@ def record(negentropy_dir: Path, case: Case) -> None:
         responder.close()
     a = {id for _, id in case.initiator}
     b = {id for _, id in case.responder}
-    have_all = {id for step in case.transcript for id in step["have"]}  # type: ignore[attr-defined]
-    need_all = {id for step in case.transcript for id in step["need"]}  # type: ignore[attr-defined]
+    have_all = {id for step in case.transcript for id in step["have"]}
+    need_all = {id for step in case.transcript for id in step["need"]}
     assert have_all == a - b and need_all == b - a, f"{case.name}: the reference did not reconcile"
 
 
