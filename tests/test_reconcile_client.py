@@ -154,6 +154,7 @@ def test_sync_verify_checks_the_copy_once_caught_up(
 ) -> None:
     create_tenders(feed.api, 10, seed=9)
     crawl(feed, tmp_path, feed.database())  # the feed shows them all
+    capsys.readouterr()
     out = tmp_path / "second.jsonl"
     argv = ["sync", feed.url, "--state", str(tmp_path / "s2.json"), "--out", str(out), "--no-progress", "--verify"]
     assert main(argv) == 0

@@ -76,8 +76,8 @@ def test_a_503_that_lasts_gives_up_with_the_servers_reason(
         reconcile_feed(feed.url, [], http=http)
     assert waits == [1.0, 1.0]
 
-    feed.tamper.add(503, {"Retry-After": "0"}, count=5)
-    err = failed(capsys, ["verify", feed.url, "--items", str(copy)])
+    feed.tamper.add(503, {"Retry-After": "0"}, count=2)
+    err = failed(capsys, ["verify", feed.url, "--items", str(copy), "--max-attempts", "2"])
     assert "the feed could not be read: gave up on" in err and "HTTP 503" in err
 
 
@@ -120,7 +120,9 @@ def test_no_endpoint_and_no_feed_are_said_plainly(feed: Feed, copy: Path, capsys
 
     with socket.create_server(("127.0.0.1", 0)) as closed:
         port = closed.getsockname()[1]
-    err = failed(capsys, ["verify", f"http://127.0.0.1:{port}/api/2.5/tenders", "--items", str(copy)])
+    err = failed(
+        capsys, ["verify", f"http://127.0.0.1:{port}/api/2.5/tenders", "--items", str(copy), "--max-attempts", "1"]
+    )
     assert "the feed could not be read" in err and "connection failed" in err
 
 
@@ -142,6 +144,7 @@ def test_bad_flags_are_refused_with_their_name(copy: Path, capsys: pytest.Captur
         (["verify", url, "--items", str(copy), "--fetch"], "--fetch goes with --repair"),
         (["verify", url, "--items", str(copy), "--mode", "real"], "--mode"),
         (["verify", url, "--items", str(copy), "--fetch-concurrency", "0"], "--fetch-concurrency"),
+        (["verify", url, "--items", str(copy), "--max-attempts", "0"], "--max-attempts"),
         (["sync", url, "--state", "s.json", "--verify"], "--verify needs --out"),
         (["sync", url, "--state", "s.json", "--out", "o", "--verify", "--follow"], "no --follow"),
     ):

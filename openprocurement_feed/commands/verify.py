@@ -27,6 +27,7 @@ differences found, 2 the feed could not be read (or FILE, or the flags).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
@@ -56,6 +57,13 @@ FLAGS = (
     MODE,
     HTTP_TIMEOUT.but(default=60.0, metavar="SECONDS", help="HTTP read timeout (default: %(default)s)"),
     Flag(
+        "--max-attempts",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="attempts per request before giving up (503 waits as its Retry-After says) (default: %(default)s)",
+    ),
+    Flag(
         "--fetch-concurrency",
         type=positive_int,
         default=8,
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         as_json=args.json,
         timeout=args.timeout,
         concurrency=args.fetch_concurrency,
+        max_attempts=args.max_attempts,
     )
 
 
@@ -95,6 +104,7 @@ def verify(
     as_json: bool = False,
     timeout: float = 60.0,
     concurrency: int = 8,
+    max_attempts: int | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -103,18 +113,22 @@ def verify(
 
     :raises CommandError: the copy cannot be read (exit status 2).
     """
-    from ..client import FeedError, FeedUnavailable
+    import dataclasses
+
+    from ..client import FeedError, FeedHTTP, FeedUnavailable
     from ..client.itemsfile import ItemsFileError
-    from ..client.reconcile import FeedReconciler
+    from ..client.reconcile import RECONCILE_RETRY, FeedReconciler
 
     out = out or sys.stdout
     err = err or sys.stderr
+    retry = RECONCILE_RETRY if max_attempts is None else dataclasses.replace(RECONCILE_RETRY, max_attempts=max_attempts)
     try:
-        reconciler = FeedReconciler(url, mode=mode, concurrency=concurrency, timeout=(10.0, timeout))
+        http = FeedHTTP(url, mode=mode, retry=retry, timeout=(10.0, timeout))
+        reconciler = FeedReconciler(url, mode=mode, http=http, concurrency=concurrency)
     except FeedError as error:
         raise CommandError(str(error)) from None
     checks: list[dict[str, Any]] = []
-    with reconciler:
+    with reconciler, contextlib.closing(http):
         try:
             result = _check(reconciler, items, err, "")
             checks.append(result.as_json())
