@@ -113,6 +113,7 @@ __all__ = [
     "includeme",
     "parse_offset",
     "parse_settings",
+    "reconcile_collections",
     "save_error",
     "set_feed_store",
     "shutdown",
@@ -183,6 +184,22 @@ def commit_listings(registry: Any) -> dict[str, tuple[str, ...]]:
     return {name: normalize(fields) for name, fields in found.items()}
 
 
+def reconcile_collections(registry: Any) -> dict[str, tuple[str, ...]]:
+    """The collections whose reconciliation aggregates the followers keep
+    (every feed's, with the scope fields of its feeds), or none with
+    ``feed.reconcile_aggregates = false``."""
+    settings = getattr(registry, "feed_settings", None)
+    if settings is None or not settings.reconcile_aggregates:
+        return {}
+    found: dict[str, tuple[str, ...]] = {}
+    for feed in getattr(registry, "feed_definitions", {}).values():
+        scopes = found.get(feed.collection, ())
+        if feed.filter_field and feed.filter_field not in scopes:
+            scopes += (feed.filter_field,)
+        found[feed.collection] = scopes
+    return found
+
+
 def watermark_collections(registry: Any) -> list[str]:
     """The collections of the registry's watermark-ordered feeds (followed
     observe-only, to measure the lag the watermark bets on)."""
@@ -206,6 +223,7 @@ def _start_sequencer(registry: Any) -> None:
         collections,
         observed=observed,
         listings=commit_listings(registry),
+        aggregates=reconcile_collections(registry),
         lag_window_seconds=settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),
     ).start()

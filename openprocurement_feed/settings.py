@@ -106,6 +106,10 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "longpoll_max_waiters": Setting("feed.longpoll_max_waiters", "FEED_LONGPOLL_MAX_WAITERS", "auto"),
         "openapi": Setting("feed.openapi", "FEED_OPENAPI", "true"),
         "timezone": Setting("feed.timezone", "FEED_TIMEZONE", "Europe/Kyiv"),
+        "reconcile_aggregates": Setting("feed.reconcile_aggregates", "FEED_RECONCILE_AGGREGATES", "true"),
+        "reconcile_frame_size_limit": Setting(
+            "feed.reconcile_frame_size_limit", "FEED_RECONCILE_FRAME_SIZE_LIMIT", "500000"
+        ),
     }
 )
 #: The longest watermark accepted without ``feed.long_watermark = true``.
@@ -171,6 +175,10 @@ class FeedSettings:
     #: the zone naive datetimes of listed fields are written in (they are
     #: UTC): upstream's renderer writes them in its ``TZ``, Europe/Kiev
     timezone: str = "Europe/Kyiv"
+    #: the followers keep the reconciliation aggregates (SPEC G.3)
+    reconcile_aggregates: bool = True
+    #: the largest reconcile message the endpoint reads or answers (bytes)
+    reconcile_frame_size_limit: int = 500_000
 
     @property
     def embedded(self) -> bool:
@@ -407,6 +415,19 @@ def parse_max_waiters(where: str, value: str) -> int | None:
     return number
 
 
+#: The smallest frame size limit Negentropy allows, and the largest accepted here.
+FRAME_SIZE_LIMITS = (4096, 100_000_000)
+
+
+def parse_frame_size_limit(where: str, value: str) -> int:
+    """A reconcile frame size limit in bytes: 4096 to 100,000,000."""
+    low, high = FRAME_SIZE_LIMITS
+    number = _number(int, where, value, f"expected a number of bytes from {low} to {high}")
+    if not low <= number <= high:
+        raise _fail(where, value, f"expected a number of bytes from {low} to {high}")
+    return number
+
+
 def parse_positive_seconds(where: str, value: str) -> float:
     """A finite number of seconds > 0."""
     allowed = "expected a number of seconds > 0"
@@ -519,4 +540,6 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         longpoll_max_waiters=parse_max_waiters(*raw("longpoll_max_waiters")),
         openapi=parse_bool(*raw("openapi")),
         timezone=parse_timezone(*raw("timezone")),
+        reconcile_aggregates=parse_bool(*raw("reconcile_aggregates")),
+        reconcile_frame_size_limit=parse_frame_size_limit(*raw("reconcile_frame_size_limit")),
     )

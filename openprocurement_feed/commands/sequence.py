@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from pymongo.errors import PyMongoError
     from pyramid.exceptions import ConfigurationError
 
-    from .. import commit_collections, commit_listings, shutdown, watermark_collections
+    from .. import commit_collections, commit_listings, reconcile_collections, shutdown, watermark_collections
     from ..commit.sequencer import Sequencer
     from ..roles import role_store
 
@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         collections,
         observed=observed,
         listings=commit_listings(registry),
+        aggregates=reconcile_collections(registry),
         batch_size=args.batch_size,
         lag_window_seconds=registry.feed_settings.lag_window_seconds,
         metrics=getattr(registry, "feed_metrics", None),

@@ -13,6 +13,7 @@ from typing import Any
 from pymongo.change_stream import ChangeStream, CollectionChangeStream
 from pymongo.errors import PyMongoError
 
+from .aggregates import AggregateKeeper
 from .dbstream import DatabaseStream
 from .errors import SequencerError
 from .lag import event_lag
@@ -32,6 +33,10 @@ class CollectionSequencer(CollectionRecovery):
     collection, its scope and listing fields, the batch and pacing options).
     """
 
+    #: the keeper of the collection's reconciliation aggregates, when on
+    #: (set by :class:`~.sequencer.Sequencer`)
+    aggregates: AggregateKeeper | None = None
+
     # -- the stream ---------------------------------------------------------
 
     def stream_pipeline(self) -> list[dict[str, Any]]:
@@ -44,7 +49,10 @@ class CollectionSequencer(CollectionRecovery):
         against 0.20 ms for 30 KB ones, which the sequencer would also have
         to decode whole. Tenders are tens of KB and MongoDB runs the stage
         in its own code, so it stays."""
-        keep = {f"fullDocument.{name}": 1 for name in ("_id", *self.document_fields())}
+        fields = self.document_fields()
+        if self.aggregates is not None:
+            fields += self.aggregates.fields
+        keep = {f"fullDocument.{name}": 1 for name in ("_id", *fields)}
         keep.update({name: 1 for name in ("operationType", "documentKey", "clusterTime", "wallTime", "ns")})
         return [{"$project": keep}]
 
@@ -92,6 +100,13 @@ class CollectionSequencer(CollectionRecovery):
         return events, False
 
     def handle(self, stream: ChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None:
+        """Handle a batch (:meth:`handle_batch`), then keep the
+        reconciliation aggregates with it (:mod:`.aggregates`, when on)."""
+        self.handle_batch(stream, events, caught_up)
+        if self.aggregates is not None:
+            self.aggregates.handle(events, caught_up, self.stats.restarts)
+
+    def handle_batch(self, stream: ChangeStream[Any], events: list[dict[str, Any]], caught_up: bool) -> None:
         """Write a batch's entries, then its token and checkpoint. An empty
         read after a batch published mid-stream publishes its last event's
         time (the stream is caught up there)."""

@@ -61,6 +61,7 @@ from typing import Any
 
 from pymongo.database import Database
 
+from .aggregates import AggregateKeeper
 from .collection import CollectionSequencer
 from .dbstream import DatabaseStream
 from .entries import SequencerStats, forward_only
@@ -93,6 +94,9 @@ class Sequencer:
         (their lag measured, no positions written).
     :param listings: feed collection → the fields its feeds may show
         (:func:`openprocurement_feed.commit_listings`), carried by its entries.
+    :param aggregates: feed collection → the scope fields of its feeds:
+        the collections whose reconciliation aggregates its followers keep
+        (:mod:`.aggregates`; :func:`openprocurement_feed.reconcile_collections`).
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class Sequencer:
         collections: Mapping[str, Iterable[str]],
         observed: Iterable[str] = (),
         listings: Mapping[str, Iterable[str]] | None = None,
+        aggregates: Mapping[str, Iterable[str]] | None = None,
         **options: Any,
     ) -> None:
         listings = listings or {}
@@ -112,6 +117,9 @@ class Sequencer:
             for name in observed
             if name not in collections
         ]
+        for follower in self.followers:
+            if aggregates is not None and follower.name in aggregates:
+                follower.aggregates = AggregateKeeper(follower.collection, aggregates[follower.name])
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []

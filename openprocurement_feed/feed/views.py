@@ -39,6 +39,7 @@ from ..store.orders import (
 from ..store.restricted import ItemPolicy, ItemView
 from .params import FeedParams, ParamError, parse_params
 from .placement import place_feed_route
+from .reconcile import add_reconcile
 from .renderers import RENDERER
 from .startup import defer
 
@@ -420,6 +421,7 @@ def add_feed(
         # service keeps its path (its CORS and fallback for the other methods)
         services[service_key] = host_service
     registry.feed_definitions[name] = feed
+    add_reconcile(config, feed, settings.route_prefix)
     # after the routes are connected (order 0), before the feed starts
     defer(config, lambda: place_feed_route(registry, name, feed_route_name(name), replaces), order=1)
 

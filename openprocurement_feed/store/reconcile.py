@@ -1,0 +1,439 @@
+"""The database side of the reconcile endpoint (SPEC G.2, G.3): the feed's
+horizon and the storage a request's Negentropy reads.
+
+:func:`open_reconcile` gives a :class:`ReconcileSource` for one request (a
+feed's collection, order, mode and scope). Its :meth:`~ReconcileSource.horizon`
+is the ``until`` the ``GET`` answers; :meth:`~ReconcileSource.storage` the
+index-based storage (size, item, items, lower bound, fingerprint) of the
+records below a client's ``until``:
+
+* :class:`AggregateStorage` when the follower's aggregates
+  (:mod:`.buckets`) are complete up to ``until``: ranks and fingerprints come
+  from bucket counts and limb sums summed by the server (one small document
+  per range), items from the records of one fine bucket; every read of the
+  request in one snapshot (a read-only transaction), cached for the request;
+* while a keeper runs but has not yet reached ``until``:
+  :class:`ReconcileUnavailable` (503, ``Retry-After``);
+* where no keeper runs (the setting off, no follower anywhere, or one that
+  stopped): the records computed from the feed itself, every ``(id,
+  dateModified)`` the feed shows below its bound read in one query, in a
+  :class:`~openprocurement_feed.reconcile.storage.VectorStorage`. Its cost
+  grows with the feed (``docs/reconcile.rst``, "A host without a follower").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from bson.timestamp import Timestamp
+from pymongo.collection import Collection
+from pymongo.read_concern import ReadConcern
+from pymongo.read_preferences import ReadPreference
+
+from ..reconcile.fingerprint import Accumulator, fingerprint_of, from_limbs, id_int
+from ..reconcile.items import MAX_TIMESTAMP, Bound, Item
+from ..reconcile.records import is_feed_id, record_id, timestamp_us
+from ..reconcile.storage import Storage, VectorStorage
+from .buckets import (
+    LEVELS,
+    STATE_ID,
+    children_range,
+    limb_values,
+    pad_id,
+    prefix_ranges,
+    reconcile_name,
+    request_views,
+    sum_group,
+)
+from .orders import COMMIT, FeedNotReady, positions_name
+from .orders import STATE_ID as POSITIONS_STATE_ID
+
+#: Seconds a keeper's state may go unwritten before the storage takes the
+#: keeper for stopped (it writes at least once a second while it runs).
+KEEPER_ALIVE_SECONDS = 15.0
+#: What the client is asked to wait while the aggregates catch up.
+RETRY_AFTER_SECONDS = 1
+AGGREGATES = "aggregates"
+FEED = "feed"
+ZERO_ID = "0" * 64
+
+
+class ReconcileUnavailable(Exception):
+    """The records cannot be given now (aggregates still catching up)."""
+
+    def __init__(self, message: str, retry_after: int = RETRY_AFTER_SECONDS) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UntilAboveHorizon(ValueError):
+    """A client's ``until`` above the feed's horizon."""
+
+    def __init__(self, until: int, horizon: int) -> None:
+        super().__init__(
+            f"until {until} is above the feed's horizon {horizon}: take until from GET (records above the "
+            "horizon are not final yet)"
+        )
+        self.until = until
+        self.horizon = horizon
+
+
+class NotReconcilable(Exception):
+    """The feed shows objects whose ids are not 32 hex digits (SPEC G.1)."""
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """A feed's horizon for one request: ``until`` (µs) and where the
+    records come from (:data:`AGGREGATES` or :data:`FEED`)."""
+
+    until: int
+    source: str
+
+
+class AggregateStorage:
+    """The records below ``until`` of ``views``, read from the aggregates.
+
+    Index-based (:class:`~openprocurement_feed.reconcile.storage.Storage`):
+    the prefix sum (count and limb sums) below a key is one ``$group`` per
+    level; the item at a rank is found by walking down the levels from the
+    top (each bucket's children are one read, cached), then the records of
+    one fine bucket. Every answer is cached for the request: a round asks
+    the same ranks several times.
+    """
+
+    def __init__(self, records: Collection[Any], views: Sequence[str], until: int, session: Any = None) -> None:
+        self.records = records
+        self.views = list(views)
+        self.until = until
+        self.session = session
+        self._size: int | None = None
+        #: rank → the sum of the records below it
+        self._below: dict[int, Accumulator] = {0: Accumulator()}
+        self._items: dict[int, Item] = {}
+        self._children: dict[tuple[int, int | None], list[tuple[int, int, int]]] = {}
+        self._fine: dict[int, list[tuple[Item, int]]] = {}
+        #: database commands sent (for tests and benchmarks)
+        self.reads = 0
+
+    # -- reads -------------------------------------------------------------
+
+    def _aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.reads += 1
+        return list(self.records.aggregate(pipeline, session=self.session))
+
+    def prefix(self, timestamp: int, rid: str) -> Accumulator:
+        """The count and sum of the records below key ``(timestamp, rid)``."""
+        count, total = 0, 0
+        for view in self.views:
+            for query in prefix_ranges(timestamp, rid):
+                for doc in self._aggregate([{"$match": {"w": view, **query}}, sum_group()]):
+                    count += int(doc.get("n") or 0)
+                    total += from_limbs(limb_values(doc))
+        return Accumulator(total, count)
+
+    def children(self, level: int, parent: int | None) -> list[tuple[int, int, int]]:
+        """``(slot, count, sum)`` of level ``level``'s non-empty buckets in
+        ``parent``, in order (every view's summed)."""
+        key = (level, parent)
+        found = self._children.get(key)
+        if found is None:
+            merged: dict[int, list[int]] = {}
+            for view in self.views:
+                pipeline = [{"$match": {"w": view, **children_range(level, parent)}}, sum_group("$b")]
+                for doc in self._aggregate(pipeline):
+                    entry = merged.setdefault(int(doc["_id"]), [0, 0])
+                    entry[0] += int(doc.get("n") or 0)
+                    entry[1] += from_limbs(limb_values(doc))
+            found = [(slot, n, total) for slot, (n, total) in sorted(merged.items()) if n > 0]
+            self._children[key] = found
+        return found
+
+    def fine_records(self, slot: int) -> list[tuple[Item, int]]:
+        """The records of fine bucket ``slot``, in order, with their ids as integers."""
+        found = self._fine.get(slot)
+        if found is None:
+            rows: list[tuple[int, str]] = []
+            for view in self.views:
+                self.reads += 1
+                cursor = self.records.find(
+                    {"w": view, **children_range(0, slot)}, {"_id": 0, "b": 1, "r": 1}, session=self.session
+                )
+                rows.extend((int(doc["b"]), str(doc["r"])) for doc in cursor)
+            rows.sort()
+            found = []
+            for stamp, rid in rows:
+                ident = bytes.fromhex(rid)
+                found.append((Item(stamp, ident), id_int(ident)))
+            self._fine[slot] = found
+        return found
+
+    def _locate(self, rank: int) -> None:
+        """Find the item at ``rank`` (< size) and the sum below it."""
+        count, total = 0, 0
+        parent: int | None = None
+        for level in range(LEVELS, 0, -1):
+            for slot, n, value in self.children(level, parent):
+                if count + n > rank:
+                    parent = slot
+                    break
+                count += n
+                total += value
+            else:
+                raise ReconcileUnavailable("the aggregates changed during the request; retry")
+        assert parent is not None
+        for item, value in self.fine_records(parent):
+            if count == rank:
+                self._items[rank] = item
+                self._below.setdefault(rank, Accumulator(total, count))
+                return
+            count += 1
+            total += value
+        raise ReconcileUnavailable("the aggregates changed during the request; retry")
+
+    def _sum_below(self, rank: int) -> Accumulator:
+        found = self._below.get(rank)
+        if found is None:
+            if rank == self.size():
+                found = self._below[rank]
+            else:
+                self._locate(rank)
+                found = self._below[rank]
+        return found
+
+    # -- the Storage protocol ------------------------------------------------------
+
+    def size(self) -> int:
+        """The records below ``until``."""
+        if self._size is None:
+            below = self.prefix(self.until, ZERO_ID)
+            self._size = below.count
+            self._below[below.count] = below
+        return self._size
+
+    def get_item(self, i: int) -> Item:
+        """The record at rank ``i``."""
+        if not 0 <= i < self.size():
+            raise IndexError(f"rank {i} outside 0..{self.size() - 1}")
+        found = self._items.get(i)
+        if found is None:
+            self._locate(i)
+            found = self._items[i]
+        return found
+
+    def iterate(self, begin: int, end: int) -> Iterator[Item]:
+        """The records at ranks ``begin`` .. ``end - 1``."""
+        for rank in range(begin, end):
+            yield self.get_item(rank)
+
+    def find_lower_bound(self, begin: int, end: int, bound: Bound) -> int:
+        """The first rank in ``begin`` .. ``end`` whose record is not below ``bound``."""
+        if bound.timestamp >= min(self.until, MAX_TIMESTAMP):
+            rank = self.size()
+        else:
+            below = self.prefix(bound.timestamp, pad_id(bound.id_prefix))
+            rank = below.count
+            self._below.setdefault(rank, below)
+        return min(max(rank, begin), end)
+
+    def fingerprint(self, begin: int, end: int) -> bytes:
+        """The fingerprint of ranks ``begin`` .. ``end - 1`` (two prefix sums)."""
+        upper = self._sum_below(end)
+        lower = self._sum_below(begin)
+        return fingerprint_of(upper.sum - lower.sum, end - begin)
+
+
+def feed_storage(rows: Sequence[Mapping[str, Any]], until: int) -> VectorStorage:
+    """The records below ``until`` of a feed's rows (``_id``, ``dateModified``)."""
+    storage = VectorStorage()
+    for row in rows:
+        object_id = row.get("_id")
+        if not isinstance(object_id, str) or not is_feed_id(object_id):
+            raise NotReconcilable(f"the feed shows an object whose id is not 32 hexadecimal digits: {object_id!r}")
+        modified = row.get("dateModified")
+        if not isinstance(modified, str):
+            continue
+        try:
+            stamp = timestamp_us(modified)
+        except ValueError:
+            continue
+        if stamp < until:
+            storage.insert(stamp, record_id(object_id.lower(), stamp))
+    storage.seal()
+    return storage
+
+
+def _micros(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1_000_000)
+
+
+class ReconcileSource:
+    """One request's view of a feed's records (:func:`open_reconcile`)."""
+
+    def __init__(
+        self,
+        store: Any,
+        collection: Collection[Any],
+        order: str,
+        mode: str,
+        scope_field: str | None = None,
+        scope_value: str | None = None,
+        aggregates: bool = True,
+    ) -> None:
+        self.store = store
+        self.collection = collection
+        self.order = order
+        self.mode = mode
+        self.scope_field = scope_field
+        self.scope_value = scope_value
+        self.aggregates = aggregates
+        db = collection.database
+        self.records = db.get_collection(
+            reconcile_name(collection.name),
+            read_preference=ReadPreference.PRIMARY,
+            read_concern=ReadConcern("majority"),
+        )
+        self._state: dict[str, Any] | None = None
+        self._now_us: int = 0
+
+    # -- the horizon ---------------------------------------------------------
+
+    def _read_state(self) -> dict[str, Any]:
+        """The keeper's state and the database's time (one read)."""
+        if self._state is None:
+            rows = list(
+                self.records.aggregate(
+                    [
+                        {"$match": {"_id": STATE_ID}},
+                        {"$project": {"built": 1, "wall": 1, "lease": 1, "foreign": 1, "now": "$$NOW"}},
+                    ]
+                )
+            )
+            state = rows[0] if rows else {}
+            now = state.get("now")
+            if not isinstance(now, datetime):
+                hello = self.collection.database.client.admin.command("hello")
+                now = hello.get("localTime")
+            self._now_us = _micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
+            self._state = state
+        return self._state
+
+    def feed_horizon(self) -> int:
+        """The feed's own bound in µs: ``$$NOW - W`` (watermark order) or
+        the start of the checkpoint's second (commit order)."""
+        if self.order == COMMIT:
+            positions = self.collection.database.get_collection(
+                positions_name(self.collection.name), read_concern=ReadConcern("majority")
+            )
+            state = positions.find_one({"_id": POSITIONS_STATE_ID}, {"checkpoint": 1}) or {}
+            checkpoint = state.get("checkpoint")
+            if not isinstance(checkpoint, Timestamp):
+                raise FeedNotReady(self.collection.name)
+            bound = int(checkpoint.time) * 1_000_000
+            if self.aggregates:
+                # The keeper runs in the sequencer's batch loop, after the
+                # batch's entries and checkpoint: its complete point is also
+                # the sequencer's (a quiet feed's checkpoint stays at its
+                # last change, the keeper's point moves on).
+                aggregates = self._read_state()
+                wall = aggregates.get("wall")
+                if isinstance(wall, int) and aggregates.get("built") is True and self.keeper_alive():
+                    bound = max(bound, min(wall, self._now_us))
+            return bound
+        self._read_state()
+        return self._now_us - int(float(self.store.watermark_seconds) * 1_000_000)
+
+    def keeper_alive(self) -> bool:
+        """Whether a keeper holds the lease (it writes while it runs)."""
+        state = self._read_state()
+        lease = state.get("lease")
+        return isinstance(lease, datetime) and _micros(lease) + int(KEEPER_ALIVE_SECONDS * 1e6) > self._now_us
+
+    def horizon(self) -> Horizon:
+        """The ``until`` a client reconciles below: the feed's bound, or the
+        aggregates' complete point where that is lower and a keeper runs."""
+        bound = self.feed_horizon()
+        if not self.aggregates:
+            return Horizon(bound, FEED)
+        state = self._read_state()
+        self._check_foreign(state)
+        wall = state.get("wall")
+        if state.get("built") is True and isinstance(wall, int):
+            if wall >= bound:
+                return Horizon(bound, AGGREGATES)
+            if self.keeper_alive():
+                return Horizon(max(0, min(bound, wall)), AGGREGATES)
+        return Horizon(bound, FEED)
+
+    @staticmethod
+    def _check_foreign(state: Mapping[str, Any]) -> None:
+        if state.get("foreign"):
+            raise NotReconcilable(
+                "the feed shows objects whose ids are not 32 hexadecimal digits: they have no reconcile record"
+            )
+
+    # -- the storage -----------------------------------------------------------
+
+    @contextmanager
+    def storage(self, until: int) -> Iterator[Storage]:
+        """The storage of the records below ``until`` for this request.
+
+        :raises UntilAboveHorizon: ``until`` above the feed's bound.
+        :raises ReconcileUnavailable: the aggregates lag behind ``until``
+            while a keeper runs.
+        :raises NotReconcilable: the feed's ids are not 32 hex digits.
+        """
+        bound = self.feed_horizon()
+        if until > bound:
+            raise UntilAboveHorizon(until, bound)
+        if self.aggregates:
+            state = self._read_state()
+            self._check_foreign(state)
+            wall = state.get("wall")
+            complete = state.get("built") is True and isinstance(wall, int)
+            if complete and isinstance(wall, int) and wall >= until:
+                views = request_views(self.mode, self.scope_field, self.scope_value)
+                client = self.records.database.client
+                with (
+                    client.start_session(causal_consistency=False) as session,
+                    session.start_transaction(
+                        read_concern=ReadConcern("snapshot"), read_preference=ReadPreference.PRIMARY
+                    ),
+                ):
+                    yield AggregateStorage(self.records, views, until, session)
+                return
+            if self.keeper_alive():
+                raise ReconcileUnavailable(
+                    "the reconcile aggregates are catching up with the feed"
+                    + (f" (complete up to {wall}, until {until})" if complete else " (being built)")
+                )
+        yield self.feed_records(until)
+
+    def feed_records(self, until: int) -> VectorStorage:
+        """The records below ``until`` computed from the feed itself."""
+        filters = {self.scope_field: self.scope_value} if self.scope_field else None
+        rows = self.store.list(
+            self.collection, ["dateModified"], mode=self.mode, filters=filters, order=self.order, limit=0
+        )
+        return feed_storage(rows, until)
+
+
+def open_reconcile(
+    store: Any,
+    collection: Collection[Any],
+    order: str,
+    mode: str,
+    scope_field: str | None = None,
+    scope_value: str | None = None,
+    aggregates: bool = True,
+) -> ReconcileSource:
+    """The records of one feed request (its collection, order, ``mode`` and
+    scope); ``aggregates=False`` computes them from the feed itself."""
+    return ReconcileSource(store, collection, order, mode, scope_field, scope_value, aggregates)
