@@ -17,7 +17,10 @@ crawlers, and the database's CPU with crawlers waiting at the head),
 view, the feed in the host route's place), ``save`` (what one ``save_data``
 costs the database in and outside a transaction, by collection size),
 ``roles`` (the connections and the database's CPU per change of a client per
-role: the sequencer on its own client against the store's).
+role: the sequencer on its own client against the store's), ``reconcile-client``
+(a crawler's check with k differences against a full crawl's bytes, and
+``verify`` / ``--repair`` / ``verify`` on a 100,000-tender feed in each
+order; ``--plot FILE`` draws the figure).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
@@ -52,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save", "roles"),
+        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save", "roles", "reconcile-client"),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -133,6 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw the charts (orders-delay.svg, orders-cpu.svg, orders-hot.svg) into DIR; the runs then "
         "have a long-poll crawler beside the polling one (needs the 'plot' extra)",
     )
+    reconcile_client = parser.add_argument_group("reconcile-client")
+    reconcile_client.add_argument(
+        "--reconcile-tenders",
+        type=positive_int,
+        default=100_000,
+        metavar="N",
+        help="tenders of the feed a crawler's copy is checked against (default: %(default)s)",
+    )
+    reconcile_client.add_argument(
+        "--no-scenario",
+        action="store_true",
+        help="only the cost table: leave out verify / --repair / verify on each order",
+    )
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
         "--patch-rate",
@@ -200,6 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import save
 
         save.run()
+        return 0
+    if args.part == "reconcile-client":
+        from . import reconcile_client
+
+        reconcile_client.run(tenders=args.reconcile_tenders, scenario=not args.no_scenario, plot=args.plot)
         return 0
     if args.part == "restricted":
         from . import restricted_cost

@@ -1,0 +1,444 @@
+"""What a crawler's check costs, against what a full re-crawl reads (issue 37).
+
+A demo feed of ``tenders`` tenders (100,000 by default; all public, seeded
+into the database before the app starts, as a host's years of history are),
+in each order, served over HTTP on loopback with the reconcile endpoint.
+
+* :func:`cost_table`: copies of the feed's set with ``k`` differences (in
+  the issue's proportions: 50 missing, 50 stale, 10 extra per 110), made on
+  the client's side so that one server serves every ``k``; for each: rounds,
+  bytes sent and received (the rounds' messages and the horizon's ``GET``),
+  the objects read once more (stale and extra ones, ``GET {feed}/{id}``),
+  the bytes a full crawl of the feed's items reads, and the ratio. Every
+  copy is checked to be reported exactly.
+* :func:`exactness`: the issue's scenario through the command: a copy with
+  50 objects removed, 50 made stale (patched on the server after the copy
+  was taken) and 10 extra; ``verify`` must report exactly those, ``verify
+  --repair`` must leave it in sync, and a second ``verify`` exit 0 in one
+  round.
+
+The full crawl's bytes are the bodies of the feed's pages at ``limit=1000``
+(the largest page: the fewest bytes per item), measured on
+:data:`SAMPLE_PAGES` pages and multiplied out to the feed's size: reading
+every page of a 100,000-tender feed from the embedded database takes most of
+an hour (it gathers every match of a sorted range before the limit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from openprocurement_feed.client.reconcile import FeedReconciler
+from openprocurement_feed.demo.load import sample_tender
+from openprocurement_feed.demo.server import DemoServer
+from openprocurement_feed.embedded.server import EmbeddedServer
+
+from .common import status, table
+
+#: The differences of the cost table.
+DIFFERENCES = (0, 1, 3, 10, 30, 100, 300, 1000)
+#: Pages read to measure what a page of the full crawl weighs.
+SAMPLE_PAGES = 3
+#: The page size of the full crawl the table compares with.
+CRAWL_LIMIT = 1000
+#: The ceiling the issue sets: the check's bytes against a full crawl's, for k <= 100.
+CEILING = 0.05
+WATERMARK = 0.5
+#: Seconds to wait for the endpoint to answer for the whole seeded set.
+READY_TIMEOUT = 1800.0
+
+
+@dataclass
+class CostRow:
+    """One check of the cost table."""
+
+    order: str
+    k: int
+    rounds: int
+    sent: int
+    received: int
+    reread: int
+    reread_bytes: int
+    full_crawl: int
+    exact: bool
+    seconds: float
+
+    @property
+    def both_ways(self) -> int:
+        return self.sent + self.received
+
+    @property
+    def ratio(self) -> float:
+        return self.both_ways / self.full_crawl if self.full_crawl else math.inf
+
+
+@dataclass
+class Served:
+    """A seeded feed being served."""
+
+    order: str
+    server: DemoServer
+    versions: dict[str, str]
+    full_crawl: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.server.api_url + "/tenders"
+
+
+def seed_public_tenders(collection: Any, count: int, seed: int = 1) -> dict[str, str]:
+    """Insert ``count`` real-shaped public tenders stamped over the past
+    months, as the store stamps them; their id → dateModified."""
+    rng = random.Random(seed)  # nosec B311 - sample documents
+    start = datetime.now(timezone.utc) - timedelta(days=120)
+    versions: dict[str, str] = {}
+    batch: list[dict[str, Any]] = []
+    for number in range(count):
+        moment = start + timedelta(seconds=number * 60, microseconds=rng.randint(0, 999_999))
+        stamp = moment.isoformat()
+        key = uuid.UUID(int=rng.getrandbits(128)).hex
+        data = sample_tender(rng)
+        data.update(
+            _id=key,
+            _rev=f"1-{rng.getrandbits(128):032x}",
+            dateCreated=stamp,
+            dateModified=stamp,
+            status="active",
+            owner="broker",
+            public_modified=round(moment.timestamp(), 3),
+            is_public=True,
+            is_test=False,
+        )
+        data.pop("mode", None)
+        batch.append(data)
+        versions[key] = stamp
+        if len(batch) == 5000:
+            collection.insert_many(batch)
+            batch = []
+    if batch:
+        collection.insert_many(batch)
+    return versions
+
+
+@contextlib.contextmanager
+def served_feed(order: str, tenders: int, folder: Path) -> Iterator[Served]:
+    """A database of ``tenders`` seeded tenders, the demo app on it in
+    ``order``, once its reconcile endpoint answers for all of them."""
+    from pymongo import MongoClient
+
+    with EmbeddedServer(str(folder / f"db-{order}")) as database:
+        client: MongoClient[Any] = MongoClient(database.uri)
+        started = time.monotonic()
+        versions = seed_public_tenders(client["reconcile_bench"]["tenders"], tenders)
+        client.close()
+        status(f"reconcile client, {order}: {tenders} tenders seeded in {time.monotonic() - started:.0f} s")
+        settings = {
+            "mongodb.uri": database.uri,
+            "mongodb.db_name": "reconcile_bench",
+            "feed.watermark_seconds": str(WATERMARK),
+            "feed.order": order,
+            "feed.sequencer": "thread",
+            "demo.write_delay_ms": "0",
+        }
+        server = DemoServer(settings, threads=8).start()
+        try:
+            wait_ready(server, len(versions), order)
+            yield Served(order, server, versions)
+        finally:
+            server.close()
+
+
+def wait_ready(server: DemoServer, count: int, order: str, timeout: float = READY_TIMEOUT) -> None:
+    """Wait until the endpoint's horizon covers ``count`` records."""
+    url = server.api_url + "/feeds/tenders/reconcile"
+    started = time.monotonic()
+    last = ""
+    while True:
+        response = requests.get(url, timeout=600)
+        seen = f"HTTP {response.status_code}"
+        if response.status_code == 200:
+            records = response.json().get("records")
+            if records == count:
+                status(f"reconcile client, {order}: the endpoint answers for {count} records "
+                       f"after {time.monotonic() - started:.0f} s")
+                return
+            seen += f", {records} records"
+        if seen != last:
+            status(f"reconcile client, {order}: waiting for the endpoint ({seen})")
+            last = seen
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"the reconcile endpoint did not answer for {count} records within {timeout:.0f} s")
+        time.sleep(2.0)
+
+
+def full_crawl_bytes(feed: Served, pages: int = SAMPLE_PAGES, limit: int = CRAWL_LIMIT) -> int:
+    """The bytes of the feed pages a full crawl at ``limit`` reads, from
+    ``pages`` pages read forward from the start."""
+    sizes = []
+    url: str | None = f"{feed.url}?limit={limit}"
+    session = requests.Session()
+    for _ in range(pages):
+        assert url is not None
+        response = session.get(url, timeout=600)
+        response.raise_for_status()
+        sizes.append((len(response.content), len(response.json()["data"])))
+        url = feed.server.url + response.json()["next_page"]["path"]
+    session.close()
+    per_item = sum(size for size, _ in sizes) / sum(items for _, items in sizes)
+    total_pages = math.ceil(len(feed.versions) / limit) + 1  # and the empty page that ends the crawl
+    empty = min(size for size, _ in sizes) - per_item * min(items for _, items in sizes)
+    return int(per_item * len(feed.versions) + max(empty, 0) * total_pages)
+
+
+def older(stamp: str) -> str:
+    """A version a second older than ``stamp``."""
+    return (datetime.fromisoformat(stamp) - timedelta(seconds=1)).isoformat()
+
+
+def damaged(versions: dict[str, str], k: int, seed: int) -> tuple[dict[str, str], list[str], list[str], list[str]]:
+    """The copy with ``k`` differences in the 50/50/10 proportions of the
+    issue: the copy and its missing, stale and extra ids."""
+    rng = random.Random(seed)  # nosec B311
+    extra_count = round(k * 10 / 110)
+    missing_count = (k - extra_count) // 2
+    stale_count = k - extra_count - missing_count
+    chosen = rng.sample(sorted(versions), missing_count + stale_count)
+    missing, stale = sorted(chosen[:missing_count]), sorted(chosen[missing_count:])
+    copy = {key: stamp for key, stamp in versions.items() if key not in missing}
+    for key in stale:
+        copy[key] = older(versions[key])
+    extra = sorted(uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(extra_count))
+    oldest = min(versions.values())
+    for key in extra:
+        copy[key] = oldest
+    return copy, missing, stale, extra
+
+
+def cost_rows(feed: Served, differences: Sequence[int] = DIFFERENCES) -> list[CostRow]:
+    """One check per ``k`` of ``differences`` against ``feed``."""
+    rows = []
+    for k in differences:
+        copy, missing, stale, extra = damaged(feed.versions, k, seed=k)
+        with FeedReconciler(feed.url) as reconciler:
+            started = time.monotonic()
+            result = reconciler.run(copy.items())
+            seconds = time.monotonic() - started
+        exact = (result.missing, result.stale, result.extra, result.changed) == (missing, stale, extra, [])
+        rows.append(
+            CostRow(
+                feed.order,
+                k,
+                result.rounds,
+                result.bytes_sent,
+                result.bytes_received,
+                result.rechecked,
+                result.recheck_bytes,
+                feed.full_crawl,
+                exact,
+                seconds,
+            )
+        )
+        status(f"reconcile client, {feed.order}: k={k}: {result.rounds} rounds, exact={exact}, {seconds:.1f} s")
+    return rows
+
+
+def _kb(count: int) -> str:
+    return f"{count / 1000:,.1f}"
+
+
+def cost_report(rows: Sequence[CostRow], tenders: int) -> str:
+    """The table of the issue's "Done when": k, rounds, bytes, full crawl, ratio."""
+    body = table(
+        [
+            "order",
+            "k",
+            "rounds",
+            "sent kB",
+            "received kB",
+            "both ways kB",
+            "full crawl kB",
+            "ratio",
+            "re-read objects",
+            "re-read kB",
+            "exact",
+            "s",
+        ],
+        [
+            (
+                row.order,
+                row.k,
+                row.rounds,
+                _kb(row.sent),
+                _kb(row.received),
+                _kb(row.both_ways),
+                _kb(row.full_crawl),
+                f"{row.ratio:.2%}",
+                row.reread,
+                _kb(row.reread_bytes),
+                "yes" if row.exact else "NO",
+                f"{row.seconds:.1f}",
+            )
+            for row in rows
+        ],
+    )
+    within = [row for row in rows if row.k <= 100]
+    verdict = all(row.ratio < CEILING for row in within) and all(row.exact for row in rows)
+    return (
+        f"A crawler's check of a {tenders:,}-tender feed with k differences (50 missing : 50 stale : 10 extra),\n"
+        f"beside a full crawl of the feed's items at limit={CRAWL_LIMIT} (measured on {SAMPLE_PAGES} pages):\n"
+        f"{body}\n"
+        f"Both ways under {CEILING:.0%} of the full crawl for every k <= 100, and every copy reported exactly: "
+        f"{'yes' if verdict else 'NO'}.\n"
+        "(The objects read once more, stale and extra ones, are apart: a crawler that holds whole objects\n"
+        "reads them anyway to repair its copy.)"
+    )
+
+
+# -- the issue's scenario, through the command ---------------------------------
+
+
+def _verify(argv: list[str]) -> tuple[int, dict[str, Any]]:
+    """``openprocurement-feed verify ... --json``: its status and JSON (stderr kept quiet)."""
+    from openprocurement_feed.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["verify", *argv, "--json"])
+    try:
+        return code, json.loads(out.getvalue())
+    except ValueError:
+        raise RuntimeError(f"verify printed no JSON (exit {code}): {err.getvalue()[-2000:]}") from None
+
+
+def exactness(feed: Served, folder: Path) -> dict[str, Any]:
+    """50 removed, 50 stale, 10 extra: reported exactly, repaired, in sync in one round."""
+    rng = random.Random(37)  # nosec B311
+    keys = sorted(feed.versions)
+    chosen = rng.sample(keys, 100)
+    removed, patched = sorted(chosen[:50]), sorted(chosen[50:])
+    extra = sorted(uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(10))
+    path = folder / f"copy-{feed.order}.jsonl"
+    with path.open("w", encoding="utf-8") as stream:
+        for key, stamp in feed.versions.items():
+            if key not in removed:
+                stream.write(json.dumps({"id": key, "dateModified": stamp}) + "\n")
+        for key in extra:
+            stream.write(json.dumps({"id": key, "dateModified": min(feed.versions.values())}) + "\n")
+    session = requests.Session()
+    newest = ""
+    for key in patched:  # the copy is now stale for these
+        response = session.patch(f"{feed.url}/{key}", json={"data": {"title": f"patched {key}"}}, timeout=600)
+        response.raise_for_status()
+        newest = max(newest, response.json()["data"]["dateModified"])
+    session.close()
+    wait_below_horizon(feed, newest)
+    first_code, first = _verify([feed.url, "--items", str(path)])
+    exact = (first["missing"], first["stale"], first["extra"], first["changed"]) == (removed, patched, extra, [])
+    repair_code, repaired = _verify([feed.url, "--items", str(path), "--repair"])
+    second_code, second = _verify([feed.url, "--items", str(path)])
+    return {
+        "order": feed.order,
+        "first": first,
+        "first_code": first_code,
+        "exact": exact,
+        "repair_code": repair_code,
+        "repaired": repaired,
+        "second_code": second_code,
+        "second": second,
+    }
+
+
+def wait_below_horizon(feed: Served, stamp: str, timeout: float = 600.0) -> None:
+    """Wait until the feed's horizon is above ``stamp`` (µs)."""
+    from openprocurement_feed.reconcile.records import timestamp_us
+
+    target = timestamp_us(stamp)
+    deadline = time.monotonic() + timeout
+    while True:
+        response = requests.get(feed.server.api_url + "/feeds/tenders/reconcile", timeout=600)
+        if response.status_code == 200 and response.json()["until"] > target:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the horizon did not pass {stamp} within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def exactness_report(runs: Sequence[dict[str, Any]], tenders: int) -> str:
+    rows = []
+    for run in runs:
+        first, repaired, second = run["first"], run["repaired"], run["second"]
+        rows.append(
+            (
+                run["order"],
+                f"{len(first['missing'])}/{len(first['stale'])}/{len(first['extra'])}/{len(first['changed'])}",
+                "yes" if run["exact"] else "NO",
+                run["first_code"],
+                first["rounds"],
+                _kb(first["bytes_sent"] + first["bytes_received"]),
+                run["repair_code"],
+                second["rounds"],
+                run["second_code"],
+                "yes" if run["exact"] and run["first_code"] == 1 and run["second_code"] == 0
+                and second["rounds"] == 1 and repaired.get("in_sync") else "NO",
+            )
+        )
+    body = table(
+        [
+            "order",
+            "missing/stale/extra/changed",
+            "exact",
+            "exit",
+            "rounds",
+            "kB both ways",
+            "repair exit",
+            "2nd rounds",
+            "2nd exit",
+            "done",
+        ],
+        rows,
+    )
+    return f"verify on a {tenders:,}-tender feed: 50 removed, 50 stale, 10 extra; --repair; verify again:\n{body}"
+
+
+def run(
+    tenders: int = 100_000,
+    orders: Sequence[str] = ("watermark", "commit"),
+    differences: Sequence[int] = DIFFERENCES,
+    scenario: bool = True,
+    plot: str | None = None,
+) -> list[CostRow]:
+    """Print the cost table and the scenario's result for each order (and
+    draw the figure into ``plot``)."""
+    rows: list[CostRow] = []
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="reconcile-client-bench-") as name:
+        folder = Path(name)
+        for order in orders:
+            with served_feed(order, tenders, folder) as feed:
+                feed.full_crawl = full_crawl_bytes(feed)
+                rows.extend(cost_rows(feed, differences))
+                if scenario:
+                    runs.append(exactness(feed, folder))
+    print(cost_report(rows, tenders), flush=True)
+    if runs:
+        print(exactness_report(runs, tenders), flush=True)
+    if plot:
+        from openprocurement_feed.plots.reconcile import plot_reconcile_cost
+
+        print(f"Written: {plot_reconcile_cost(rows, tenders, plot)}")
+    return rows
