@@ -174,8 +174,10 @@ def wait_ready(server: DemoServer, count: int, order: str, timeout: float = READ
         if response.status_code == 200:
             records = response.json().get("records")
             if records == count:
-                status(f"reconcile client, {order}: the endpoint answers for {count} records "
-                       f"after {time.monotonic() - started:.0f} s")
+                status(
+                    f"reconcile client, {order}: the endpoint answers for {count} records "
+                    f"after {time.monotonic() - started:.0f} s"
+                )
                 return
             seen += f", {records} records"
         if seen != last:
@@ -393,8 +395,13 @@ def exactness_report(runs: Sequence[dict[str, Any]], tenders: int) -> str:
                 run["repair_code"],
                 second["rounds"],
                 run["second_code"],
-                "yes" if run["exact"] and run["first_code"] == 1 and run["second_code"] == 0
-                and second["rounds"] == 1 and repaired.get("in_sync") else "NO",
+                "yes"
+                if run["exact"]
+                and run["first_code"] == 1
+                and run["second_code"] == 0
+                and second["rounds"] == 1
+                and repaired.get("in_sync")
+                else "NO",
             )
         )
     body = table(
