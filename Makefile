@@ -22,7 +22,7 @@ space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[0-3].*/bin)))
 
 
-.PHONY: test-unit test-stress
+.PHONY: test-unit test-stress soak
 .PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots faults
 
 $(BIN)/python:
@@ -105,6 +105,16 @@ bench: $(STAMP_TEST)
 
 load: $(STAMP_TEST)
 	$(BIN)/python -m benchmarks load $(ARGS)
+
+# The steady state (benchmarks/soak; docs/operations.rst, "The steady
+# state"): the production shape under the seed's load for SOAK_MINUTES,
+# a line of figures every minute, then each one's slope per hour after a
+# 10-minute warm-up with a verdict per criterion, and the figure in
+# SOAK_PLOT (SOAK_PLOT= for none). A benchmark, not a test: an hour.
+SOAK_MINUTES ?= 60
+SOAK_PLOT ?= docs/_static/soak.svg
+soak: $(STAMP_TEST)
+	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m benchmarks soak $(if $(SOAK_PLOT),--plot $(SOAK_PLOT)) $(ARGS)
 
 # The Prometheus alert rules of ops/prometheus: syntax, then their unit tests.
 # Needs promtool (Debian/Ubuntu: apt-get install prometheus; or the

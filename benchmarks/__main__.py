@@ -20,7 +20,9 @@ costs the database in and outside a transaction, by collection size),
 role: the sequencer on its own client against the store's), ``reconcile-client``
 (a crawler's check with k differences against a full crawl's bytes, and
 ``verify`` / ``--repair`` / ``verify`` on a 100,000-tender feed in each
-order; ``--plot FILE`` draws the figure).
+order; ``--plot FILE`` draws the figure), ``soak`` (the
+production shape for an hour under the seed's load: memory, descriptors,
+connections, collection sizes, delays and their slopes; ``make soak``).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
@@ -29,9 +31,11 @@ Without a part,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
@@ -55,7 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "part",
         nargs="?",
-        choices=("all", *PARTS, "load", "demo-rate", "restricted", "longpoll", "save", "roles", "reconcile-client"),
+        choices=(
+            "all",
+            *PARTS,
+            "load",
+            "demo-rate",
+            "restricted",
+            "longpoll",
+            "save",
+            "roles",
+            "reconcile-client",
+            "soak",
+        ),
         default="all",
         help="what to measure (default: every part but load)",
     )
@@ -134,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="also draw the charts (orders-delay.svg, orders-cpu.svg, orders-hot.svg) into DIR; the runs then "
-        "have a long-poll crawler beside the polling one (needs the 'plot' extra)",
+        "have a long-poll crawler beside the polling one (needs the 'plot' extra); soak: the figure's FILE "
+        "(.svg or .png)",
     )
     reconcile_client = parser.add_argument_group("reconcile-client")
     reconcile_client.add_argument(
@@ -180,7 +196,64 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds each CPU row's crawlers wait at the head (default: %(default)s; the issue's figure: 30)",
     )
+    add_soak_options(parser)
     return parser
+
+
+def add_soak_options(parser: argparse.ArgumentParser) -> None:
+    """The ``soak`` part's options (``make soak``)."""
+    soak = parser.add_argument_group("soak")
+    soak.add_argument(
+        "--minutes",
+        type=positive_float,
+        default=float(os.environ.get("SOAK_MINUTES") or 60),
+        help="minutes of load (default: SOAK_MINUTES or 60; now %(default)s)",
+    )
+    soak.add_argument(
+        "--warm-up",
+        type=non_negative_float,
+        default=10.0,
+        metavar="MINUTES",
+        help="minutes left out of the slopes (default: %(default)s)",
+    )
+    soak.add_argument(
+        "--interval", type=positive_float, default=60.0, metavar="S", help="seconds between two samples (default: 60)"
+    )
+    soak.add_argument("--rate", type=positive_float, default=72.0, help="patches/s asked (default: the seed's, 72)")
+    soak.add_argument(
+        "--create-rate",
+        type=non_negative_float,
+        default=0.2,
+        metavar="RATE",
+        help="creates/s with an Idempotency-Key (default: %(default)s)",
+    )
+    soak.add_argument("--workers", type=positive_int, default=3, help="gunicorn workers (default: %(default)s)")
+    soak.add_argument(
+        "--max-requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="gunicorn's max_requests: restart a worker after N requests (default: 0, never: a leak must show)",
+    )
+    soak.add_argument(
+        "--oplog-max-entries",
+        type=positive_int,
+        default=50_000,
+        metavar="N",
+        help="the embedded server's oplog bound, entries (default: %(default)s)",
+    )
+    soak.add_argument(
+        "--oplog-retention-seconds",
+        type=positive_int,
+        default=3600,
+        metavar="S",
+        help="the embedded server's oplog retention (default: %(default)s)",
+    )
+    soak.add_argument(
+        "--cache-size", default="256M", metavar="SIZE", help="the embedded server's cache (default: %(default)s)"
+    )
+    soak.add_argument("--workdir", type=Path, default=None, help="soak: keep the logs and samples here")
+    soak.add_argument("--keep", action="store_true", help="soak: keep the temporary folder")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except PlotExtraMissing as error:
             print(f"python -m benchmarks: {error}", file=sys.stderr)
             return 2
+    if args.part == "soak":
+        from . import soak
+
+        return soak.run(args)
     if args.part == "load":
         from . import load
 
