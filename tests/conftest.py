@@ -10,14 +10,26 @@ Every test gets a database of its own, dropped afterwards.
 from __future__ import annotations
 
 import base64
+import logging
+import os
 import signal
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+try:
+    # prometheus_client picks its value class (in memory, or the files of
+    # PROMETHEUS_MULTIPROC_DIR) once, at its first import: imported here,
+    # before any test sets the variable, it keeps the in-memory one.
+    from prometheus_client import REGISTRY as PROMETHEUS_REGISTRY
+    from prometheus_client import values as prometheus_values
+except ImportError:  # pragma: no cover - the metrics extra is in the test extras
+    PROMETHEUS_REGISTRY = prometheus_values = None
 
 pytest.register_assert_rewrite("openprocurement_feed.testing")
 
@@ -56,6 +68,92 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
 
 
+class ProcessLeakWarning(UserWarning):
+    """A test left the process otherwise than it found it (restored)."""
+
+
+#: The signals a command run in-process may take over.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _process_state() -> dict[str, Any]:
+    root = logging.getLogger()
+    state: dict[str, Any] = {
+        "environment variables": {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"},
+        "the root logger": (root.level, tuple(root.handlers), logging.root.manager.disable),
+        "the package's logger": logging.getLogger("openprocurement_feed").level,
+        "signal handlers": tuple(signal.getsignal(number) for number in SIGNALS),
+    }
+    if prometheus_values is not None:
+        state["prometheus_client's value class"] = prometheus_values.ValueClass
+        state["prometheus_client's registry"] = frozenset(PROMETHEUS_REGISTRY._collector_to_names)
+    return state
+
+
+def _restore(what: str, before: Any) -> str:
+    """Put back one part of :func:`_process_state`; what was changed."""
+    if what == "environment variables":
+        changed = sorted(
+            key for key in {*before, *os.environ} - {"PYTEST_CURRENT_TEST"} if before.get(key) != os.environ.get(key)
+        )
+        for key in changed:
+            if key in before:
+                os.environ[key] = before[key]
+            else:
+                del os.environ[key]
+        return what + " " + ", ".join(changed)
+    if what == "the root logger":
+        root = logging.getLogger()
+        root.setLevel(before[0])
+        for handler in [*root.handlers]:
+            if handler not in before[1]:
+                root.removeHandler(handler)
+        for handler in before[1]:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        logging.disable(before[2])
+    elif what == "the package's logger":
+        logging.getLogger("openprocurement_feed").setLevel(before)
+    elif what == "signal handlers":
+        for number, handler in zip(SIGNALS, before, strict=True):
+            signal.signal(number, handler)
+    elif what == "prometheus_client's value class":
+        prometheus_values.ValueClass = before
+    elif what == "prometheus_client's registry":
+        for collector in set(PROMETHEUS_REGISTRY._collector_to_names) - before:
+            PROMETHEUS_REGISTRY.unregister(collector)
+    return what
+
+
+PROCESS_STATE = pytest.StashKey[dict[str, Any]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Note the process's state before the test's first fixture."""
+    item.stash[PROCESS_STATE] = _process_state()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Every test leaves the process as it found it: its environment
+    variables, the root logger (level, handlers, ``logging.disable``) and
+    the package's, the SIGINT and SIGTERM handlers, prometheus_client's
+    value class and default registry. Checked once the test's last fixture
+    is gone (``monkeypatch`` undone): what is still changed is restored and
+    named in a :class:`ProcessLeakWarning` (a leak only shows in another
+    test, in some random order)."""
+    yield
+    before = item.stash.get(PROCESS_STATE, None)
+    if before is None:
+        return
+    after = _process_state()
+    leaks = [_restore(what, value) for what, value in before.items() if after.get(what) != value]
+    if leaks:
+        warnings.warn(f"{item.nodeid} left changed: {'; '.join(leaks)}", ProcessLeakWarning, stacklevel=1)
+
+
 @pytest.fixture(autouse=True)
 def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     """Environment overrides of a developer's shell must not leak into tests."""
@@ -67,6 +165,7 @@ def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "FEED_MAX_LIMIT",
         "FEED_RESOURCES",
         "DEMO_WRITE_DELAY_MS",
+        "DEMO_IDEMPOTENCY_TTL_SECONDS",
         "MONGODB_READ_PREFERENCE",
         "MONGODB_WRITE_CONCERN",
         "MONGODB_READ_CONCERN",

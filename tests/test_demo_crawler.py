@@ -146,7 +146,13 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
         + [("plans", one) for one in plans]
         + [("contracts", one) for one in contracts]
     )
-    writers = [PatchWriter(api, targets, rate=20, seed=number, name=f"writer-{number}") for number in range(3)]
+    # Each writer patches its own objects: two writers' transactions on one
+    # object conflict, and on a loaded machine (each held open up to 40 ms)
+    # a patch can lose all its retries to the other and get the demo's 409,
+    # which is not what this test is about.
+    writers = [
+        PatchWriter(api, targets[number::3], rate=20, seed=number, name=f"writer-{number}") for number in range(3)
+    ]
     for writer in writers:
         writer.start()
     crawler = RegionCrawler(api, region)
@@ -165,7 +171,7 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
             writer.join(timeout=10)
     assert sum(writer.stats.patches for writer in writers) > 20
     assert {target[0] for writer in writers for target in writer.ids} == set(RESOURCES)
-    assert sum(writer.stats.errors for writer in writers) == 0
+    assert sum(writer.stats.errors for writer in writers) == 0, [writer.stats.failures for writer in writers]
 
     expected = {
         "tenders": latest(demo, "tenders", region),

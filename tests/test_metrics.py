@@ -109,6 +109,7 @@ def test_the_metrics_path_serves_the_named_metrics(app: Any) -> None:
         "openprocurement_feed_longpoll_timeouts": "counter",
         "openprocurement_feed_longpoll_over_cap": "counter",
         "openprocurement_feed_verdict": "gauge",
+        "openprocurement_feed_metrics_errors": "counter",
     }
     assert "openprocurement_feed_pages_total{" in response.text
 
@@ -383,6 +384,52 @@ def test_the_health_figures_of_a_running_sequencer(metrics_settings: dict[str, s
         assert behind is not None and 0 <= behind < 5
     finally:
         shutdown(registry)
+
+
+def test_a_value_prometheus_client_cannot_record_fails_neither_a_request_nor_the_sequencer(
+    metrics_settings: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prometheus_client left in multi-process mode without its folder (a
+    process that lost ``PROMETHEUS_MULTIPROC_DIR`` after the import) raises
+    ``TypeError`` on every new value: the pages are answered, the sequencer
+    sequences, and the errors are logged and counted."""
+    from prometheus_client import values
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+
+    web = TestApp(main({}, **dict(metrics_settings, **{"feed.order": "commit", "feed.sequencer": "thread"})))
+    registry = web.app.registry
+    try:
+        assert registry.feed_sequencer.wait_ready(timeout=30)
+        monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+        created = web.post_json("/api/2.5/tenders", {"data": {"title": "one"}}).json["data"]
+        deadline = time.monotonic() + 30
+        while True:  # the sequencer's lag value failed; it follows on
+            page = web.get("/api/2.5/tenders").json["data"]
+            if [item["id"] for item in page] == [created["id"]]:
+                break
+            assert time.monotonic() < deadline, "the sequencer stopped on a metrics value"
+            time.sleep(0.1)
+        assert registry.feed_sequencer.wait_ready(timeout=1)
+        metrics = registry.feed_metrics
+        assert metrics.errors >= 2, "the pages' values and the lag's were counted"
+        assert value(scrape(web), "openprocurement_feed_metrics_errors_total") == metrics.errors
+        logged = " ".join(record.getMessage() for record in caplog.records)
+        assert "Metrics: observe_page failed" in logged and "Metrics: observe_lag failed" in logged, logged
+    finally:
+        shutdown(registry)
+
+
+def test_prometheus_client_left_in_multi_process_mode_stops_start_up(
+    metrics_settings: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prometheus_client import values
+    from pyramid.exceptions import ConfigurationError
+
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+    with pytest.raises(ConfigurationError, match="PROMETHEUS_MULTIPROC_DIR was set, and it is no longer set"):
+        make_app(metrics_settings)
 
 
 #: records lag and checkpoint age, then optionally prints a scrape.

@@ -216,6 +216,13 @@ class WriterStats:
     patches: int = 0
     errors: int = 0
     last: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: the errors by HTTP status (``"none"``: no HTTP answer)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def failed(self, status: str) -> None:
+        """Count one error of ``status``."""
+        self.errors += 1
+        self.failures[status] = self.failures.get(status, 0) + 1
 
 
 class PatchWriter(threading.Thread):
@@ -273,13 +280,13 @@ class PatchWriter(threading.Thread):
                 timeout=30,
             )
         except requests.RequestException:
-            self.stats.errors += 1
+            self.stats.failed("none")
             self.stopping.wait(0.2)
             return
         if response.status_code == 200:
             self.acknowledged(object_id, response.json()["data"]["dateModified"], time.time())
         else:
-            self.stats.errors += 1
+            self.stats.failed(str(response.status_code))
 
     def acknowledged(self, tender_id: str, date_modified: str, acked: float) -> None:
         """Record a patch the API accepted (subclasses may keep more)."""

@@ -14,6 +14,12 @@ include) registers:
 * the tween :func:`metrics_tween_factory`, just over Pyramid's exception view
   tween, which counts and times every feed request.
 
+Recording a value never fails its caller: an error of prometheus_client
+(a multi-process value with no folder, a full disk) is logged, counted in
+:attr:`FeedMetrics.errors` and reported by the scrape as
+``openprocurement_feed_metrics_errors_total``; the request is answered and
+the sequencer follows on.
+
 With ``feed.metrics_path`` empty the include registers none of this (and
 ``registry.feed_metrics`` is None): metrics cost nothing. ``prometheus_client``
 is imported only here, when the metrics are on; without it start-up fails with
@@ -30,11 +36,13 @@ them alike.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
@@ -60,6 +68,7 @@ LONGPOLL_OVER_CAP = "openprocurement_feed_longpoll_over_cap_total"
 VERDICT = "openprocurement_feed_verdict"
 WATCHER_AGE = "openprocurement_feed_watcher_age_seconds"
 CHECKPOINT_BEHIND = "openprocurement_feed_checkpoint_behind_seconds"
+METRICS_ERRORS = "openprocurement_feed_metrics_errors_total"
 
 #: Page latency buckets: 1 ms to 5 s.
 PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -78,6 +87,21 @@ WindowHook = Callable[[], Mapping[str, Mapping[str, float | None]]]
 
 #: A health hook: the figures of every feed.
 HealthHook = Callable[[], Iterable[FeedFigures]]
+Recorder = TypeVar("Recorder", bound=Callable[..., None])
+
+
+def never_raises(method: Recorder) -> Recorder:
+    """A recording method of :class:`FeedMetrics` that logs and counts its
+    errors instead of raising them into a request or the sequencer."""
+
+    @functools.wraps(method)
+    def guarded(self: FeedMetrics, *args: Any) -> None:
+        try:
+            method(self, *args)
+        except Exception as error:  # a metric value must never stop its caller
+            self.failed(method.__name__, error)
+
+    return guarded  # type: ignore[return-value]
 
 
 def quantile_label(key: str) -> str | None:
@@ -112,6 +136,11 @@ class FeedMetrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
         self.multiprocess_dir = multiprocess_dir or None
+        if self.multiprocess_dir is None and getattr(values.ValueClass, "_multiprocess", False):
+            raise ConfigurationError(
+                f"prometheus_client was imported while {MULTIPROC_ENV} was set, and it is no longer set: "
+                "set it for the whole life of the process, or not at all."
+            )
         if self.multiprocess_dir is not None:
             if not getattr(values.ValueClass, "_multiprocess", False):
                 raise ConfigurationError(
@@ -181,6 +210,10 @@ class FeedMetrics:
         # locks on every call, a dictionary hit does not.
         self._page_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._lag_children: dict[str, Any] = {}
+        #: values that could not be recorded (:func:`never_raises`)
+        self.errors = 0
+        self._errors_lock = threading.Lock()
+        self._failed: set[str] = set()
         self.registry = CollectorRegistry()
         self.registry.register(_ScrapeCollector(self))
 
@@ -194,6 +227,19 @@ class FeedMetrics:
         """True when values are written to ``PROMETHEUS_MULTIPROC_DIR``."""
         return self.multiprocess_dir is not None
 
+    def failed(self, what: str, error: Exception) -> None:
+        """Count a value ``what`` could not record; log the first one of
+        each method and then one in a thousand (a broken metric fails on
+        every request)."""
+        with self._errors_lock:
+            self.errors += 1
+            count = self.errors
+            first = what not in self._failed
+            self._failed.add(what)
+        if first or count % 1000 == 0:
+            log.error("Metrics: %s failed (%d value(s) lost so far): %r", what, count, error)
+
+    @never_raises
     def observe_page(self, feed: str, status: int, seconds: float, items: int = 0) -> None:
         """Count one feed page with its final HTTP status, time it, and count
         its items (for a 200)."""
@@ -212,6 +258,7 @@ class FeedMetrics:
         if items:
             served.inc(items)
 
+    @never_raises
     def observe_lag(self, collection: str, seconds: float) -> None:
         """Record the start-to-commit lag of one write to ``collection``.
 
@@ -224,15 +271,18 @@ class FeedMetrics:
             child = self._lag_children[collection] = self.commit_lag.labels(collection)
         child.observe(max(0.0, seconds))
 
+    @never_raises
     def set_checkpoint_age(self, collection: str, seconds: float) -> None:
         """Set the checkpoint age of ``collection`` (a scrape hook's value for
         the same collection, computed later, wins)."""
         self.checkpoint_age.labels(collection).set(seconds)
 
+    @never_raises
     def longpoll_waiting(self, feed: str, delta: int) -> None:
         """One more (``delta = 1``) or one fewer (``-1``) waiter on ``feed``."""
         self.longpoll_waiters.labels(feed).inc(delta)
 
+    @never_raises
     def longpoll_event(self, feed: str, what: str) -> None:
         """Count a long-poll ``wakeup``, ``timeout`` or ``over_cap`` answer."""
         counter = self._longpoll_counters.get(what)
@@ -301,7 +351,7 @@ class _ScrapeCollector:
         return []  # computed at scrape time; nothing to check at registration
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         metrics = self.metrics
         ages = {
@@ -334,6 +384,10 @@ class _ScrapeCollector:
         figures = metrics.figures()
         if figures:
             yield from self._health_families(figures)
+        errors = CounterMetricFamily(
+            METRICS_ERRORS, "Metric values this process could not record (logged).", value=metrics.errors
+        )
+        yield errors
 
     @staticmethod
     def _health_families(figures: Iterable[FeedFigures]) -> Iterator[Any]:
