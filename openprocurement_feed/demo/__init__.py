@@ -38,9 +38,11 @@ from typing import Any
 from pyramid.config import Configurator
 from pyramid.router import Router
 
+from ..feed.startup import defer
 from ..store.restricted import MASK_DATE, MASK_ID, MASK_NUMBER, MASK_STRING, MASK_STRING_EN, RESTRICTED_PERMISSION
 from .api import add_error_views, add_resource_routes
 from .auth import read_auth_file
+from .idempotency import KEYS, ensure_key_expiry
 from .openapi import demo_openapi
 from .resources import CONTRACTS, PLANS, RESOURCES, TENDERS, Resource
 from .security import DemoSecurityPolicy
@@ -87,6 +89,9 @@ def includeme(config: Configurator) -> None:
     config.registry.demo_settings = demo_settings
     config.registry.demo_users = users
     config.registry.demo_stats = DemoStats()
+    registry = config.registry
+    # once the store exists (order -10): the keys expire (.idempotency)
+    defer(config, lambda: _expire_keys(registry), order=0)
     for resource in RESOURCES:
         add_resource_routes(config, resource)
     add_error_views(config)
@@ -114,6 +119,20 @@ def includeme(config: Configurator) -> None:
             order=other,
             **restricted,
         )
+
+
+def _expire_keys(registry: Any) -> None:
+    """The keys' TTL index; the API works without it (the keys are then
+    kept): a database that refuses it, or is out of reach, is a warning."""
+    from pymongo.errors import PyMongoError
+
+    seconds = registry.demo_settings.idempotency_ttl_seconds
+    try:
+        ensure_key_expiry(registry.feed_store.collection(KEYS), seconds)
+    except PyMongoError as error:
+        log.warning("Could not create the TTL index of %s (the keys will not expire): %s", KEYS, error)
+    else:
+        log.info("Idempotency keys expire %d s after their create", seconds)
 
 
 def main(global_config: dict[str, Any] | None, **settings: Any) -> Router:

@@ -14,8 +14,16 @@ with another body is refused (422), as the draft asks.
 
 The key record keeps the access token in clear so that a retry receives
 it (the first answer may never have arrived); it is read only by the same
-broker presenting the same key. A production API would keep these records
-for a bounded time, or encrypt the token.
+broker presenting the same key.
+
+A key record lives ``demo.idempotency_ttl_seconds`` (24 hours by default):
+a TTL index on its ``created`` date (:func:`ensure_key_expiry`) lets the
+database remove it after that (its TTL monitor runs once a minute, so a
+record goes up to a minute later). The collection holds the keys of one
+TTL's creates, whatever the API's age. A retry after its key expired is a
+new create: it creates a second object, with a new token. Clients retry
+within minutes; the draft leaves the expiry to the server and asks it to
+publish it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from pymongo.collection import Collection
+from pymongo.errors import OperationFailure
 from pyramid.request import Request
 
 from ..feed.errors import error_body
@@ -36,6 +46,13 @@ HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
 #: The collection of the keys.
 KEYS = "demo_idempotency_keys"
+#: The name of the TTL index of the keys' ``created`` date.
+TTL_INDEX = "created_ttl"
+#: How long a key lives by default (s): 24 hours.
+DEFAULT_TTL_SECONDS = 86_400
+#: ``IndexOptionsConflict``, ``IndexKeySpecsConflict``: the index is there
+#: with another expiry.
+INDEX_CONFLICTS = (85, 86)
 #: The longest key accepted.
 MAX_LENGTH = 128
 #: A key: visible ASCII but ``"`` and ``\``, optionally in double quotes
@@ -97,6 +114,19 @@ def key_record(ident: dict[str, str], object_id: str, digest: str, token: str) -
         "token": token,
         "created": datetime.now(timezone.utc),
     }
+
+
+def ensure_key_expiry(keys: Collection[Any], seconds: int) -> str:
+    """The TTL index that removes a key record ``seconds`` after its
+    ``created`` date, made or (another expiry) changed with ``collMod``;
+    its name."""
+    try:
+        return keys.create_index("created", name=TTL_INDEX, expireAfterSeconds=seconds)
+    except OperationFailure as error:
+        if error.code not in INDEX_CONFLICTS:
+            raise
+    keys.database.command("collMod", keys.name, index={"name": TTL_INDEX, "expireAfterSeconds": seconds})
+    return TTL_INDEX
 
 
 def check_digest(record: dict[str, Any], digest: str) -> None:

@@ -24,6 +24,8 @@ class DemoSettings:
     #: the auth file of the demo's users (a path or ``package:path``); None
     #: keeps writes open (:mod:`.auth`)
     auth_file: str | None = None
+    #: how long an ``Idempotency-Key`` is kept (s; :mod:`.idempotency`)
+    idempotency_ttl_seconds: int = 86_400
 
 
 @dataclass
@@ -62,10 +64,25 @@ def parse_flag(value: Any, where: str) -> bool:
     raise ConfigurationError(f"Invalid {where}: {value!r}; expected true or false.")
 
 
+#: The longest key expiry (s): MongoDB's ``expireAfterSeconds`` is a 32-bit integer.
+MAX_TTL_SECONDS = 2_147_483_647
+
+
+def parse_ttl(value: Any, where: str = "setting 'demo.idempotency_ttl_seconds'") -> int:
+    """A whole number of seconds from 1 to :data:`MAX_TTL_SECONDS`."""
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_TTL_SECONDS:
+        raise ConfigurationError(
+            f"Invalid {where}: {value!r}; expected whole seconds from 1 to {MAX_TTL_SECONDS} (86400: a day)."
+        )
+    return int(text)
+
+
 def parse_demo_settings(settings: Mapping[str, Any], environ: Mapping[str, str]) -> DemoSettings:
     """Read ``demo.write_delay_ms`` (env ``DEMO_WRITE_DELAY_MS`` overrides),
-    ``demo.both_orders`` and ``demo.auth_file`` (the file itself is read by
-    :func:`.auth.read_auth_file`)."""
+    ``demo.both_orders``, ``demo.auth_file`` (the file itself is read by
+    :func:`.auth.read_auth_file`) and ``demo.idempotency_ttl_seconds`` (env
+    ``DEMO_IDEMPOTENCY_TTL_SECONDS`` overrides)."""
     if environ.get("DEMO_WRITE_DELAY_MS"):
         delay = parse_delay(environ["DEMO_WRITE_DELAY_MS"], "environment variable DEMO_WRITE_DELAY_MS")
     else:
@@ -74,4 +91,8 @@ def parse_demo_settings(settings: Mapping[str, Any], environ: Mapping[str, str])
     auth_file = settings.get("demo.auth_file")
     if auth_file is not None and not isinstance(auth_file, str):
         raise ConfigurationError(f"Invalid setting 'demo.auth_file': {auth_file!r}; expected a file path.")
-    return DemoSettings(delay, both, (auth_file or "").strip() or None)
+    if environ.get("DEMO_IDEMPOTENCY_TTL_SECONDS"):
+        ttl = parse_ttl(environ["DEMO_IDEMPOTENCY_TTL_SECONDS"], "environment variable DEMO_IDEMPOTENCY_TTL_SECONDS")
+    else:
+        ttl = parse_ttl(settings.get("demo.idempotency_ttl_seconds", "86400"))
+    return DemoSettings(delay, both, (auth_file or "").strip() or None, ttl)
