@@ -196,6 +196,7 @@ class Soak:
             requests=tally.requests,
             errors=tally.errors,
             verdict=self.verdict(),
+            load=round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
         )
 
     def verdict(self) -> str:

@@ -47,6 +47,8 @@ class Sample:
     requests: int = 0
     errors: dict[int, int] = field(default_factory=dict)
     verdict: str = ""
+    #: the machine's load average over the last minute (other work included)
+    load: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)

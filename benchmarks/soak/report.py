@@ -27,7 +27,8 @@ def minute_lines(sample: Sample) -> list[str]:
         f"commit-to-visible p50/p99 {_ms(sample.lag_p50_ms)}/{_ms(sample.lag_p99_ms)} ms "
         f"(polling p99 {_ms(sample.poll_p99_ms)}) | sequencer lag p99 {_ms(sample.sequencer_p99_ms)} ms | "
         f"requests {sample.requests:,}, p99 {_ms(sample.request_p99_ms)} ms, 5xx {errors} | "
-        f"db connections {sample.connections if sample.connections is not None else '-'} | verdict {sample.verdict}"
+        f"db connections {sample.connections if sample.connections is not None else '-'} | "
+        f"machine load {_ms(sample.load) if sample.load is None else f'{sample.load:.1f}'} | verdict {sample.verdict}"
     )
     rss = "  ".join(f"{role} {rss:.1f}" for role, (rss, _) in sample.processes.items())
     fds = "  ".join(f"{role} {fds}" for role, (_, fds) in sample.processes.items())
