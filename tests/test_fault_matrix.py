@@ -22,13 +22,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pymongo.errors import PyMongoError
 
 from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.faults import measure
-from openprocurement_feed.faults.cells import SEQUENCER, WEB, Cell, fast_matrix, full_matrix, select
+from openprocurement_feed.faults.cells import LONGPOLL, SEQUENCER, WEB, Cell, fast_matrix, full_matrix, select
 from openprocurement_feed.faults.load import Ack, Answer
-from openprocurement_feed.faults.result import BROKEN, EXPECTED, KEPT, CellResult
+from openprocurement_feed.faults.result import BROKEN, EXPECTED, KEPT, MISSED, CellResult
 from openprocurement_feed.faults.run import MatrixConfig, run_matrix
+from openprocurement_feed.faults.strikes import command_log, strikes, struck_by
 
 # -- the cells and the measures, alone ------------------------------------------
 
@@ -92,6 +94,31 @@ def test_the_measures_of_a_cell() -> None:
     assert measure.worst_verdict(verdicts, 3.0, 4.0) is None
 
 
+def test_a_logged_command_counts_for_the_fault_that_failed_it() -> None:
+    election = Cell("election", WEB, "find", 10107)
+    failed = {"app": "web", "command": "find", "failed": True, "code": 10107}
+    assert struck_by(election, failed)
+    assert not struck_by(election, {**failed, "code": 91}) and not struck_by(election, {**failed, "command": "insert"})
+    closed = {"app": "web", "command": "find", "failed": True, "errtype": "AutoReconnect"}
+    assert struck_by(Cell("dropped", WEB, "find"), closed)
+    assert not struck_by(Cell("dropped", WEB, "find"), {**closed, "errtype": "OperationFailure"})
+    concern = Cell("write-concern", WEB, "commitTransaction", 64)
+    assert struck_by(concern, {"command": "commitTransaction", "wce": 64})
+    assert struck_by(concern, {"command": "commitTransaction", "failed": True, "code": 64})
+    slow = Cell("slow", WEB, "find")
+    assert struck_by(slow, {"command": "find", "ms": 3000.4}) and not struck_by(slow, {"command": "find", "ms": 1200})
+    assert strikes(election, "web", [failed, {**failed, "app": "other"}, failed]) == 2
+
+
+def test_the_command_log_is_off_without_its_variable_and_never_raises(tmp_path: Any) -> None:
+    from openprocurement_feed.roles import COMMAND_LOG_ENV, CommandLog, command_listeners
+
+    assert command_listeners("web", {}) == []
+    (listener,) = command_listeners("web", {COMMAND_LOG_ENV: str(tmp_path / "commands.jsonl")})
+    assert isinstance(listener, CommandLog) and listener.app_name == "web"
+    CommandLog(str(tmp_path), "web")._write("find", 1.0, failed=True)  # a folder: dropped, not raised
+
+
 def _result(**changes: object) -> CellResult:
     values: dict[str, object] = dict(
         cell="slow web:commitTransaction x3",
@@ -137,6 +164,52 @@ def fault_uri() -> Iterator[str]:
         yield server.uri
 
 
+@pytest.mark.server
+def test_the_driver_sees_each_kind_of_fault_strike_the_client_it_aims_at(fault_uri: str) -> None:
+    """A client opened while the command log is on logs what each fault
+    failed; another client's commands and a command nobody sends count
+    nothing; after the block the environment is as it was."""
+    import os
+
+    from openprocurement_feed.faults.failpoint import FailPoint
+    from openprocurement_feed.roles import COMMAND_LOG_ENV, open_client
+
+    before = os.environ.get(COMMAND_LOG_ENV)
+    fail = FailPoint(fault_uri)
+    with command_log() as log:
+        aimed = open_client(fault_uri, "aimed-client", 5000, role=True)
+        other = open_client(fault_uri, "other-client", 5000, role=True)
+        try:
+            tenders = aimed.faults_strikes.tenders
+            cells = [
+                (Cell("election", WEB, "find", 11602), lambda: tenders.find_one({})),
+                (Cell("dropped", WEB, "insert"), lambda: tenders.insert_one({})),
+                (Cell("write-concern", WEB, "insert", 64), lambda: tenders.insert_one({})),
+                (Cell("max-time", WEB, "find", 50), lambda: tenders.find_one({})),
+            ]
+            for cell, command in cells:
+                mark = log.mark()
+                with fail.armed(cell.fail_point("aimed-client")):
+                    with pytest.raises(PyMongoError):
+                        command()
+                    other.faults_strikes.tenders.find_one({})  # not aimed at: not failed
+                    other.faults_strikes.tenders.insert_one({})
+                assert strikes(cell, "aimed-client", log.since(mark)) >= 1, cell.name
+                assert strikes(cell, "other-client", log.since(mark)) == 0, cell.name
+            nobody = Cell("election", LONGPOLL, "findAndModify", 10107)
+            mark = log.mark()
+            with fail.armed(nobody.fail_point("aimed-client")):
+                tenders.find_one({})
+                tenders.insert_one({})
+            assert strikes(nobody, "aimed-client", log.since(mark)) == 0
+        finally:
+            fail.close()
+            aimed.drop_database("faults_strikes")
+            aimed.close()
+            other.close()
+    assert os.environ.get(COMMAND_LOG_ENV) == before
+
+
 def _run(
     uri: str,
     order: str,
@@ -168,6 +241,7 @@ def _assert_kept(result: CellResult) -> None:
     assert result.answers.get("none", 0) == 0 and result.bare_errors == 0, where
     assert result.recovery_s is not None and result.recovery_s <= measure.RECOVERY_LIMIT, where
     assert result.outcome == KEPT, where + f" {result.problems}"
+    assert result.struck is not None and result.struck >= 1, where + " the fault struck"
 
 
 @pytest.mark.slow
@@ -181,6 +255,7 @@ def test_the_watermark_order_loses_a_commit_delayed_past_w_and_says_so(fault_uri
         _assert_kept(result)
     assert late.lost > 0 and late.verdict == "violated", (late.answers, late.lost_ids, late.verdict)
     assert late.duplicates == 0 and late.outcome == EXPECTED, late.problems
+    assert late.struck is not None and late.struck >= 1, "the held commits took longer than the block"
 
 
 @pytest.mark.slow
@@ -193,6 +268,8 @@ def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: 
         Cell("max-time", WEB, "find", 50, sustained=True),
         Cell("history-lost", SEQUENCER, "getMore", 286),
         Cell("slow", WEB, "commitTransaction"),
+        # aimed at a command its client never sends: nothing to prove
+        Cell("election", LONGPOLL, "insert", 10107),
     ]
     # The sequencer's outage shows in the health view while it lasts. The
     # driver resumes its stream by itself after the error and, the server
@@ -202,10 +279,11 @@ def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: 
     # view shows it (the view counts a read that has not returned for 2 s
     # as a failure), and the crawlers get that long to catch up.
     outage = cells[2].name
-    results = _run(fault_uri, "commit", cells, settle=15.0, hold_until={outage: "at-risk"})
+    *results, nobody = _run(fault_uri, "commit", cells, settle=15.0, hold_until={outage: "at-risk"})
     for result in results:
         _assert_kept(result)
     assert results[2].verdict == "at-risk", results[2]
+    assert nobody.struck == 0 and nobody.outcome == MISSED, (nobody.struck, nobody.problems)
 
 
 def _wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

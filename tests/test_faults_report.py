@@ -12,7 +12,7 @@ import pytest
 
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.faults.report import matrix_json, plain_table, print_table, problems
-from openprocurement_feed.faults.result import BROKEN, EXPECTED, KEPT, CellResult
+from openprocurement_feed.faults.result import BROKEN, EXPECTED, KEPT, MISSED, CellResult
 
 
 def result(**changes: Any) -> CellResult:
@@ -35,6 +35,7 @@ def result(**changes: Any) -> CellResult:
         "recovery_s": 1.2,
         "verdict": "ok",
         "seconds": 6.0,
+        "struck": 3,
     }
     values.update(changes)
     return CellResult(**values).judge()
@@ -63,15 +64,27 @@ def test_each_promise_is_judged() -> None:
         "1 duplicate(s) from a retried create",
         "not answered within 10 s of the fault's end",
     ]
-    assert problems([result(), broken]) == ["[commit] election 10107 web:update x3: " + "; ".join(broken.problems)]
+    assert problems([result(), broken]) == [
+        "BROKEN [commit] election 10107 web:update x3: " + "; ".join(broken.problems)
+    ]
+
+
+def test_a_fault_that_never_struck_is_a_missed_cell_not_a_kept_promise() -> None:
+    missed = result(struck=0)
+    assert missed.outcome == MISSED
+    assert missed.problems == ["the fault never struck: no update of openprocurement-feed-web failed by it"]
+    assert problems([missed]) == ["MISSED [commit] election 10107 web:update x3: " + missed.problems[0]]
+    assert result(struck=None).outcome == KEPT  # not counted: judged by the promise alone
+    body = json.loads(matrix_json([result(), missed], 1.0))
+    assert body["missed"] == 1 and body["broken"] == 0 and body["cells"][1]["struck"] == 0
 
 
 def test_the_table_plain_and_on_a_terminal() -> None:
     results = [result(), result(order="watermark", lost=1, lost_ids=["a"], verdict="violated")]
     plain = plain_table(results)
     header, rule, first, second = plain.splitlines()
-    assert header.split()[:3] == ["order", "fault", "target"] and set(rule) <= {"-", " "}
-    assert first.split()[:5] == ["commit", "election", "10107", "x3", "web:update"]
+    assert header.split()[:4] == ["order", "fault", "target", "struck"] and set(rule) <= {"-", " "}
+    assert first.split()[:6] == ["commit", "election", "10107", "x3", "web:update", "3"]
     assert "200×40 503×3" in first and second.rstrip().endswith("expected loss")
     piped = io.StringIO()
     print_table(results, piped)
@@ -146,5 +159,6 @@ def test_one_cell_end_to_end_as_json(capsys: pytest.CaptureFixture[str]) -> None
     assert cell["order"] == "commit" and cell["target"] == "openprocurement-feed-web"
     assert cell["outcome"] == KEPT and cell["lost"] == 0 and cell["duplicates"] == 0
     assert cell["acknowledged"] > 0 and cell["recovery_s"] is not None
+    assert cell["struck"] >= 1, "the driver saw the commits the fault failed"
     assert "election 10107 web:commitTransaction x3" in captured.err  # the progress line
     assert logging.getLogger().level == level, "the command restored the root logger's level"

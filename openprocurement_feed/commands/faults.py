@@ -9,15 +9,19 @@ a long-poll crawler and a read probe of the feed, an object and the health
 view. Each cell arms one failCommand fault aimed by appName at one client
 (the web app's, the sequencer's, the long-poll notifier's) for --hold
 seconds, transient (times: 3) or sustained (alwaysOn), clears it, and
-prints a row: the answers clients got by status, acknowledged writes lost,
-duplicates from a retried create, the longest time reads went unanswered,
-the time to recover after the fault ended, the worst health verdict seen.
+prints a row: how many commands the fault failed (struck: counted by the
+driver's command monitoring on the client aimed at), the answers clients
+got by status, acknowledged writes lost, duplicates from a retried create,
+the longest time reads went unanswered, the time to recover after the
+fault ended, the worst health verdict seen.
 
 The exit status is 1 when a cell broke the promise (a 5xx other than 503,
 an answer without Retry-After, a lost or duplicated write, reads not
-answered within 10 s of the fault's end). A commit delayed past W in the
-watermark order loses writes by design: that cell is reported as the
-expected loss, and broken only if the health verdict did not turn violated.
+answered within 10 s of the fault's end) or missed: its fault never struck
+(no command of its client failed by it), so it proved nothing. A commit
+delayed past W in the watermark order loses writes by design: that cell is
+reported as the expected loss, and broken only if the health verdict did
+not turn violated.
 """
 
 from __future__ import annotations
@@ -137,5 +141,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(results)} cells in {seconds:.0f} s", file=sys.stdout)
     broken = problems(results)
     for line in broken:
-        print("BROKEN " + line, file=sys.stderr)
+        print(line, file=sys.stderr)
     return 1 if broken else 0

@@ -6,9 +6,21 @@ import json
 from collections.abc import Sequence
 from typing import IO, Any
 
-from .result import BROKEN, CellResult
+from .result import BROKEN, FAILED, MISSED, CellResult
 
-COLUMNS = ("order", "fault", "target", "answers", "lost", "dup", "no answer (s)", "recover (s)", "verdict", "outcome")
+COLUMNS = (
+    "order",
+    "fault",
+    "target",
+    "struck",
+    "answers",
+    "lost",
+    "dup",
+    "no answer (s)",
+    "recover (s)",
+    "verdict",
+    "outcome",
+)
 
 
 def short_target(name: str) -> str:
@@ -23,6 +35,7 @@ def row(result: CellResult) -> tuple[str, ...]:
         result.order,
         result.cell.rsplit(" ", 2)[0] + " " + result.cell.rsplit(" ", 1)[1],
         f"{short_target(result.target)}:{result.command}",
+        "-" if result.struck is None else str(result.struck),
         answers,
         str(result.lost),
         str(result.duplicates),
@@ -52,17 +65,17 @@ def print_table(results: Sequence[CellResult], stream: IO[str]) -> None:
 
     table = Table(*COLUMNS, title="The fault matrix")
     for result in results:
-        style = "red" if result.outcome == BROKEN else "yellow" if result.lost else None
+        style = "red" if result.outcome in FAILED else "yellow" if result.lost else None
         table.add_row(*row(result), style=style)
     Console(file=stream).print(table)
 
 
 def problems(results: Sequence[CellResult]) -> list[str]:
-    """One line per broken cell: its order, name and problems."""
+    """One line per broken or missed cell: its outcome, order, name and problems."""
     return [
-        f"[{result.order}] {result.cell}: " + "; ".join(result.problems)
+        f"{result.outcome.upper()} [{result.order}] {result.cell}: " + "; ".join(result.problems)
         for result in results
-        if result.outcome == BROKEN
+        if result.outcome in FAILED
     ]
 
 
@@ -71,6 +84,7 @@ def matrix_json(results: Sequence[CellResult], seconds: float) -> str:
     body: dict[str, Any] = {
         "seconds": round(seconds, 1),
         "broken": sum(1 for result in results if result.outcome == BROKEN),
+        "missed": sum(1 for result in results if result.outcome == MISSED),
         "cells": [result.to_dict() for result in results],
     }
     return json.dumps(body, indent=2)

@@ -13,8 +13,12 @@ PROMISED_5XX = frozenset({"503", "504"})
 #: A cell's outcome: the promise kept, the watermark's expected loss (a
 #: commit that landed later than W after its stamp, flagged by the health
 #: verdict ``violated`` in the same cell: the watermark order's bet, lost
-#: and said so), or broken.
-KEPT, EXPECTED, BROKEN = "kept", "expected loss", "BROKEN"
+#: and said so), or broken; ``missed``: the fault never struck (no command
+#: of the client aimed at failed by it), so the cell proves nothing: a broken
+#: cell, not a kept promise.
+KEPT, EXPECTED, BROKEN, MISSED = "kept", "expected loss", "BROKEN", "missed"
+#: The outcomes that fail a run.
+FAILED = frozenset({BROKEN, MISSED})
 
 
 @dataclass
@@ -43,12 +47,16 @@ class CellResult:
     #: the worst health verdict of the feed seen during the cell
     verdict: str | None
     seconds: float = 0.0
+    #: the commands of the client aimed at that the fault failed (None: not counted)
+    struck: int | None = None
     problems: list[str] = field(default_factory=list)
     outcome: str = KEPT
 
     def judge(self) -> CellResult:
         """Fill :attr:`problems` and :attr:`outcome`."""
         problems = []
+        if self.struck == 0:
+            problems.append(f"the fault never struck: no {self.command} of {self.target} failed by it")
         errors = sum(
             count
             for status, count in self.answers.items()
@@ -70,7 +78,10 @@ class CellResult:
         if self.recovery_s is None or self.recovery_s > RECOVERY_LIMIT:
             problems.append(f"not answered within {RECOVERY_LIMIT:g} s of the fault's end")
         self.problems = problems
-        self.outcome = BROKEN if problems else EXPECTED if expected else KEPT
+        if self.struck == 0:
+            self.outcome = MISSED
+        else:
+            self.outcome = BROKEN if problems else EXPECTED if expected else KEPT
         return self
 
     def to_dict(self) -> dict[str, Any]:

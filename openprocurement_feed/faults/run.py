@@ -15,7 +15,10 @@ for the whole order. Each cell (:func:`run_cell`):
 3. pauses the writers and lets the crawlers catch up (``W`` plus
    ``settle`` seconds at most: a change that shows later than that is
    counted lost), then compares each write acknowledged
-   during the cell with the database and with what each crawler got;
+   during the cell with the database and with what each crawler got, and
+   counts the commands the fault failed on the client it aimed at
+   (:mod:`.strikes`: the clients are in this process, and log their
+   failed commands while the matrix runs);
 4. resumes the writers for the next cell.
 """
 
@@ -41,6 +44,7 @@ from .cells import Cell
 from .failpoint import FailPoint
 from .load import MARKER, FaultWriter, Log, Pausable, ReadProbe
 from .result import CellResult
+from .strikes import CommandLogFile, command_log, strikes
 
 Progress = Callable[[str], None]
 ORDERS = ("watermark", "commit")
@@ -98,10 +102,20 @@ def app_names(registry: Any) -> dict[str, str]:
 class OrderRun:
     """One order's app, load and instruments (:meth:`start`, :meth:`close`)."""
 
-    def __init__(self, config: MatrixConfig, uri: str, order: str, progress: Progress, drop: bool = False) -> None:
+    def __init__(
+        self,
+        config: MatrixConfig,
+        uri: str,
+        order: str,
+        progress: Progress,
+        drop: bool = False,
+        commands: CommandLogFile | None = None,
+    ) -> None:
         from ..demo.server import DemoServer
 
         self.config = config
+        #: the clients' failed commands (None: not counted)
+        self.commands = commands
         self.order = order
         self.progress = progress
         self.db_name = "faults_" + uuid.uuid4().hex[:12]
@@ -214,6 +228,7 @@ class OrderRun:
         for writer in self.writers:
             writer.resume()
         began = time.monotonic()
+        mark = self.commands.mark() if self.commands is not None else 0
         with fail.armed(cell.fail_point(self.names[cell.role])):
             time.sleep(self.config.hold)
             wanted = self.config.hold_until.get(cell.name)
@@ -231,6 +246,9 @@ class OrderRun:
         answers = measure.in_window(log.answers, began, quiet)
         keys = [key for key, at in log.keys if began <= at < quiet]
         lost = measure.lost_writes(acks, finals, [crawler.log.saw for crawler in self.crawlers])
+        struck = None
+        if self.commands is not None:
+            struck = strikes(cell, self.names[cell.role], self.commands.since(mark))
         return CellResult(
             cell=cell.name,
             kind=cell.kind,
@@ -249,6 +267,7 @@ class OrderRun:
             recovery_s=measure.recovery(log.answers, fault_end),
             verdict=measure.worst_verdict(log.verdicts, began, ended),
             seconds=round(ended - began, 1),
+            struck=struck,
         ).judge()
 
     def close(self) -> None:
@@ -295,18 +314,37 @@ def run_matrix(config: MatrixConfig, progress: Progress = lambda line: None) -> 
         fail.clear()
         for order in config.orders:
             progress(f"[{order}] starting the demo app and the load")
-            run = OrderRun(config, uri, order, progress, drop=config.drop and embedded is None).start()
-            try:
-                for number, cell in enumerate(config.cells, 1):
-                    result = run.run_cell(cell, fail)
-                    results.append(result)
-                    progress(f"[{order}] {number}/{len(config.cells)} {progress_line(result)}")
-            finally:
-                run.close()
+            with command_log() as commands:
+                results += _run_order(
+                    config, uri, order, progress, fail, commands, drop=config.drop and embedded is None
+                )
     finally:
         fail.close()
         if embedded is not None:
             embedded.stop()
+    return results
+
+
+def _run_order(
+    config: MatrixConfig,
+    uri: str,
+    order: str,
+    progress: Progress,
+    fail: FailPoint,
+    commands: CommandLogFile,
+    drop: bool,
+) -> list[CellResult]:
+    """Every cell of ``config`` in ``order``, its clients logging their
+    failed commands to ``commands``."""
+    results: list[CellResult] = []
+    run = OrderRun(config, uri, order, progress, drop=drop, commands=commands).start()
+    try:
+        for number, cell in enumerate(config.cells, 1):
+            result = run.run_cell(cell, fail)
+            results.append(result)
+            progress(f"[{order}] {number}/{len(config.cells)} {progress_line(result)}")
+    finally:
+        run.close()
     return results
 
 
@@ -315,7 +353,8 @@ def progress_line(result: CellResult) -> str:
     answers = " ".join(f"{status}x{count}" for status, count in result.answers.items())
     recovered = "-" if result.recovery_s is None else f"{result.recovery_s:g} s"
     text = (
-        f"{result.cell}: {answers}; lost {result.lost}, duplicates {result.duplicates}, "
+        f"{result.cell}: struck {'-' if result.struck is None else result.struck}; {answers}; "
+        f"lost {result.lost}, duplicates {result.duplicates}, "
         f"recovered in {recovered}, verdict {result.verdict}: {result.outcome}"
     )
     if result.problems:
