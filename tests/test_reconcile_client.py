@@ -83,7 +83,7 @@ def test_repair_with_fetch_appends_whole_objects_as_sync_fetch_writes_them(
     copy, missing, stale, extra = damaged_copy(feed, tmp_path)
     before = len(read_lines(copy))
     status, found, _ = verify_json(capsys, feed.url, "--items", str(copy), "--repair", "--fetch")
-    assert status == 0 and found["rounds"] == 1
+    assert status == 0 and found["rounds"] == 1 and found["recheck_bytes"] == 0  # nothing read again
     first = found["before_repair"]
     assert isinstance(first, dict) and (first["missing"], first["stale"], first["extra"]) == (missing, stale, extra)
     appended = read_lines(copy)[before:]

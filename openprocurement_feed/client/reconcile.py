@@ -287,6 +287,7 @@ class FeedReconciler:
         :raises FeedError: any other answer the client cannot follow.
         """
         started = time.monotonic()
+        reread_before = self.recheck_bytes
         held = read_store(store)
         answer, horizon_bytes = self.horizon()
         until = answer["until"]
@@ -345,6 +346,7 @@ class FeedReconciler:
                     )
                 )
         self.sort(result, held, have, need, recheck)
+        result.recheck_bytes = self.recheck_bytes - reread_before
         result.elapsed = time.monotonic() - started
         return result
 
@@ -365,7 +367,6 @@ class FeedReconciler:
         objects = self.read_again(stale + extra)
         result.objects = objects
         result.rechecked = len(objects)
-        result.recheck_bytes = self.recheck_bytes
         for key in stale:
             current = objects.get(key)
             if _version(current) is not None and record_id(key, _version(current) or 0) in need:
