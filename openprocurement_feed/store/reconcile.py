@@ -302,38 +302,39 @@ class ReconcileSource:
         )
         self._state: dict[str, Any] | None = None
         self._now_us: int = 0
+        self._checkpoint: Any = None
 
     # -- the horizon ---------------------------------------------------------
 
     def _read_state(self) -> dict[str, Any]:
-        """The keeper's state and the database's time (one read)."""
+        """The keeper's state, the database's time and (commit order) the
+        checkpoint: one read."""
         if self._state is None:
-            rows = list(
-                self.records.aggregate(
-                    [
-                        {"$match": {"_id": STATE_ID}},
-                        {"$project": {"built": 1, "wall": 1, "lease": 1, "foreign": 1, "now": "$$NOW"}},
-                    ]
-                )
-            )
-            state = rows[0] if rows else {}
-            now = state.get("now")
-            if not isinstance(now, datetime):
-                hello = self.collection.database.client.admin.command("hello")
-                now = hello.get("localTime")
+            stages: list[dict[str, Any]] = [{"$documents": [{"kind": "now"}]}, {"$set": {"now": "$$NOW"}}]
+            if self.aggregates:
+                keep = {"built": 1, "wall": 1, "lease": 1, "foreign": 1, "kind": "aggregates"}
+                pipeline = [{"$match": {"_id": STATE_ID}}, {"$project": keep}]
+                stages.append({"$unionWith": {"coll": self.records.name, "pipeline": pipeline}})
+            if self.order == COMMIT:
+                pipeline = [
+                    {"$match": {"_id": POSITIONS_STATE_ID}},
+                    {"$project": {"checkpoint": 1, "kind": "positions"}},
+                ]
+                stages.append({"$unionWith": {"coll": positions_name(self.collection.name), "pipeline": pipeline}})
+            database = self.collection.database.with_options(read_concern=ReadConcern("majority"))
+            rows = {row.get("kind"): row for row in database.aggregate(stages)}
+            now = rows.get("now", {}).get("now")
             self._now_us = _micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
-            self._state = state
+            self._checkpoint = rows.get("positions", {}).get("checkpoint")
+            self._state = rows.get("aggregates", {})
         return self._state
 
     def feed_horizon(self) -> int:
         """The feed's own bound in µs: ``$$NOW - W`` (watermark order) or
         the start of the checkpoint's second (commit order)."""
+        state = self._read_state()
         if self.order == COMMIT:
-            positions = self.collection.database.get_collection(
-                positions_name(self.collection.name), read_concern=ReadConcern("majority")
-            )
-            state = positions.find_one({"_id": POSITIONS_STATE_ID}, {"checkpoint": 1}) or {}
-            checkpoint = state.get("checkpoint")
+            checkpoint = self._checkpoint
             if not isinstance(checkpoint, Timestamp):
                 raise FeedNotReady(self.collection.name)
             bound = int(checkpoint.time) * 1_000_000
@@ -342,12 +343,10 @@ class ReconcileSource:
                 # batch's entries and checkpoint: its complete point is also
                 # the sequencer's (a quiet feed's checkpoint stays at its
                 # last change, the keeper's point moves on).
-                aggregates = self._read_state()
-                wall = aggregates.get("wall")
-                if isinstance(wall, int) and aggregates.get("built") is True and self.keeper_alive():
+                wall = state.get("wall")
+                if isinstance(wall, int) and state.get("built") is True and self.keeper_alive():
                     bound = max(bound, min(wall, self._now_us))
             return bound
-        self._read_state()
         return self._now_us - int(float(self.store.watermark_seconds) * 1_000_000)
 
     def keeper_alive(self) -> bool:
