@@ -24,6 +24,7 @@ MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[
 
 .PHONY: test-unit test-stress soak
 .PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots faults
+.PHONY: interop
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +82,22 @@ FUZZ_EXAMPLES ?= 300
 FUZZ_STEPS ?= 100
 fuzz: $(STAMP_TEST)
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_STEPS=$(FUZZ_STEPS) $(BIN)/python -m pytest -s -q tests/test_fuzz.py $(ARGS)
+
+# The reference fuzzer of Negentropy (hoytech/negentropy test/fuzz.pl) with
+# our harness added to its harness list, ours as either side against its
+# JavaScript, its delta runs (the same bytes as its own) and its protocol
+# upgrade test (tests/interop/fuzz.py). NEGENTROPY_DIR: a snapshot of that
+# repository (a clone, or an export of it); needs node and Debian's
+# libsession-token-perl. INTEROP_ARGS="--quick" for a few small runs.
+NEGENTROPY_DIR ?=
+INTEROP_ARGS ?=
+interop: $(STAMP_TEST)
+	@if [ -z "$(NEGENTROPY_DIR)" ]; then \
+		echo "make interop needs NEGENTROPY_DIR: a snapshot of hoytech/negentropy" >&2; \
+		echo "(a clone of it, or an export: make interop NEGENTROPY_DIR=../negentropy)" >&2; \
+		exit 2; \
+	fi
+	NEGENTROPY_DIR="$(NEGENTROPY_DIR)" $(BIN)/python tests/interop/fuzz.py $(INTEROP_ARGS)
 
 # tox: Python 3.10-3.13, lint, docs and the combined coverage (tox.ini).
 # ARGS picks environments and pytest arguments, e.g. ARGS="-e py310 -- tests/test_offset.py".
