@@ -20,7 +20,11 @@ costs the database in and outside a transaction, by collection size),
 role: the sequencer on its own client against the store's), ``reconcile-client``
 (a crawler's check with k differences against a full crawl's bytes, and
 ``verify`` / ``--repair`` / ``verify`` on a 100,000-tender feed in each
-order; ``--plot FILE`` draws the figure), ``soak`` (the
+order; ``--plot FILE`` draws the figure), ``reconcile`` (the reconcile
+endpoint's side: an in-sync check at 10,000 and 100,000 tenders in one round
+trip, the documents the database returns for it, the plans, its database CPU
+beside 10 feed pages', and the aggregates' cost per patch in both orders),
+``soak`` (the
 production shape for an hour under the seed's load: memory, descriptors,
 connections, collection sizes, delays and their slopes; ``make soak``).
 Without a part,
@@ -69,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
             "save",
             "roles",
             "reconcile-client",
+            "reconcile",
             "soak",
         ),
         default="all",
@@ -164,6 +169,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-scenario",
         action="store_true",
         help="only the cost table: leave out verify / --repair / verify on each order",
+    )
+    reconcile = parser.add_argument_group("reconcile")
+    reconcile.add_argument(
+        "--reconcile-sizes",
+        type=lambda value: tuple(positive_int(part) for part in value.split(",")),
+        default=(10_000, 100_000),
+        metavar="N,N",
+        help="feed sizes of the in-sync check (default: 10000,100000)",
+    )
+    reconcile.add_argument(
+        "--keeper-seconds",
+        type=positive_float,
+        default=20.0,
+        metavar="S",
+        help="seconds per run of the aggregates' cost under load (default: %(default)s; 0 rounds: none)",
+    )
+    reconcile.add_argument(
+        "--keeper-rounds",
+        type=int,
+        default=2,
+        metavar="N",
+        help="rounds of the aggregates' cost, each on and off in both orders (default: %(default)s)",
     )
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
@@ -293,6 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import save
 
         save.run()
+        return 0
+    if args.part == "reconcile":
+        from . import reconcile
+
+        reconcile.run(args.reconcile_sizes, args.keeper_seconds, args.keeper_rounds, keeper=args.keeper_rounds > 0)
         return 0
     if args.part == "reconcile-client":
         from . import reconcile_client

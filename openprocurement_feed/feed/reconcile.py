@@ -32,7 +32,15 @@ from ..reconcile.errors import ProtocolError, UnsupportedVersion
 from ..reconcile.items import MAX_TIMESTAMP
 from ..reconcile.negentropy import Negentropy
 from ..reconcile.wire import MODE_ID_LIST, decode_message
-from ..store.reconcile import NotReconcilable, ReconcileUnavailable, UntilAboveHorizon, open_reconcile
+from ..store.reconcile import (
+    FEED,
+    AggregateStorage,
+    Horizon,
+    NotReconcilable,
+    ReconcileUnavailable,
+    UntilAboveHorizon,
+    open_reconcile,
+)
 from .errors import error_body
 
 log = logging.getLogger("openprocurement_feed.reconcile")
@@ -172,6 +180,8 @@ def reconcile_get(feed: Any) -> Callable[[Request], Response]:
             horizon = source.horizon()
             with source.storage(horizon.until) as storage:
                 count = storage.size()
+                if not isinstance(storage, AggregateStorage):
+                    horizon = Horizon(horizon.until, FEED)
         except RequestError as error:
             return error.response
         except NotReconcilable as error:
@@ -186,6 +196,7 @@ def reconcile_get(feed: Any) -> Callable[[Request], Response]:
                 "protocol": PROTOCOL,
                 "frame_size_limit": settings.reconcile_frame_size_limit,
                 "records": count,
+                "source": horizon.source,
             }
         )
 

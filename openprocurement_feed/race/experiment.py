@@ -98,6 +98,9 @@ class RaceConfig:
     #: run without ``mongodb_uri`` is counted anyway)
     database_pid: int | None = None
     auth_file: str | None = PACKAGED_AUTH_FILE
+    #: further settings of the API's app (they win over the run's own), as
+    #: ``(key, value)`` pairs: ``(("feed.sequencer", "observe"),)``
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def runs(self) -> list[tuple[str, float]]:
@@ -256,6 +259,7 @@ def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str
     }
     if config.auth_file:
         settings["demo.auth_file"] = config.auth_file
+    settings.update(config.settings)
     return settings
 
 
