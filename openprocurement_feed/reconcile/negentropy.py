@@ -20,7 +20,7 @@ A skip range costs no storage call at all.
 from __future__ import annotations
 
 from .errors import FrameSizeError
-from .items import MAX_TIMESTAMP, Bound, Item
+from .items import ID_SIZE, MAX_TIMESTAMP, Bound, Item
 from .storage import Storage
 from .wire import MODE_FINGERPRINT, MODE_ID_LIST, MODE_SKIP, MessageWriter, Range, decode_message
 
@@ -212,9 +212,6 @@ def minimal_bound(before: Item, after: Item) -> Bound:
     """The shortest bound above ``before`` and not above ``after`` (two neighbours, ``before < after``)."""
     if after.timestamp != before.timestamp:
         return Bound(after.timestamp)
-    shared = 0
-    for a, b in zip(before.id, after.id, strict=True):
-        if a != b:
-            break
-        shared += 1
+    # The first byte where the ids differ (two items of a set never share a timestamp and an id).
+    shared = next((i for i, (a, b) in enumerate(zip(before.id, after.id, strict=True)) if a != b), ID_SIZE - 1)
     return Bound(after.timestamp, after.id[: shared + 1])

@@ -165,9 +165,6 @@ class MessageWriter:
         self.data = bytearray((PROTOCOL_VERSION,))
         self.last_timestamp = 0
 
-    def __len__(self) -> int:
-        return len(self.data)
-
     def bound(self, bound: Bound) -> bytes:
         """The bytes of ``bound``, written after the previous one."""
         if bound.is_infinity:
