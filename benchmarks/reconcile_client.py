@@ -1,8 +1,9 @@
 """What a crawler's check costs, against what a full re-crawl reads (issue 37).
 
-A demo feed of ``tenders`` tenders (100,000 by default; all public, seeded
-into the database before the app starts, as a host's years of history are),
-in each order, served over HTTP on loopback with the reconcile endpoint.
+A demo feed of ``tenders`` tenders (100,000 by default; all public, stamped
+over the past months, inserted into the database in batches of 5,000 once
+the app runs), in each order, served over HTTP on loopback with the
+reconcile endpoint.
 
 * :func:`cost_table`: copies of the feed's set with ``k`` differences (in
   the issue's proportions: 50 missing, 50 stale, 10 extra per 110), made on
@@ -140,16 +141,13 @@ def seed_public_tenders(collection: Any, count: int, seed: int = 1) -> dict[str,
 
 @contextlib.contextmanager
 def served_feed(order: str, tenders: int, folder: Path) -> Iterator[Served]:
-    """A database of ``tenders`` seeded tenders, the demo app on it in
-    ``order``, once its reconcile endpoint answers for all of them."""
+    """The demo app in ``order`` on a fresh database, then ``tenders``
+    tenders inserted behind its back (its follower builds the aggregates
+    from the change stream, as it keeps them day to day), once its reconcile
+    endpoint answers for all of them."""
     from pymongo import MongoClient
 
     with EmbeddedServer(str(folder / f"db-{order}")) as database:
-        client: MongoClient[Any] = MongoClient(database.uri)
-        started = time.monotonic()
-        versions = seed_public_tenders(client["reconcile_bench"]["tenders"], tenders)
-        client.close()
-        status(f"reconcile client, {order}: {tenders} tenders seeded in {time.monotonic() - started:.0f} s")
         settings = {
             "mongodb.uri": database.uri,
             "mongodb.db_name": "reconcile_bench",
@@ -160,6 +158,12 @@ def served_feed(order: str, tenders: int, folder: Path) -> Iterator[Served]:
         }
         server = DemoServer(settings, threads=8).start()
         try:
+            wait_ready(server, {}, order)
+            client: MongoClient[Any] = MongoClient(database.uri)
+            started = time.monotonic()
+            versions = seed_public_tenders(client["reconcile_bench"]["tenders"], tenders)
+            client.close()
+            status(f"reconcile client, {order}: {tenders} tenders inserted in {time.monotonic() - started:.0f} s")
             wait_ready(server, versions, order)
             yield Served(order, server, versions)
         finally:
@@ -273,7 +277,12 @@ def cost_rows(feed: Served, differences: Sequence[int] = DIFFERENCES) -> list[Co
                 seconds,
             )
         )
-        status(f"reconcile client, {feed.order}: k={k}: {result.rounds} rounds, exact={exact}, {seconds:.1f} s")
+        row = rows[-1]
+        status(
+            f"reconcile client, {feed.order}: k={k}: {row.rounds} rounds, {row.both_ways} B both ways "
+            f"({row.ratio:.2%} of a full crawl's {row.full_crawl} B), {row.reread} objects read again "
+            f"({row.reread_bytes} B), exact={exact}, {seconds:.1f} s"
+        )
     return rows
 
 
@@ -456,6 +465,7 @@ def run(
         for order in orders:
             with served_feed(order, tenders, folder) as feed:
                 feed.full_crawl = full_crawl_bytes(feed)
+                status(f"reconcile client, {order}: a full crawl at limit={CRAWL_LIMIT} reads {feed.full_crawl} B")
                 rows.extend(cost_rows(feed, differences))
                 if scenario:
                     runs.append(exactness(feed, folder))
