@@ -162,13 +162,18 @@ test-ops: $(STAMP_TEST)
 
 # The docs' figures (docs/_static), each redrawn from a new run by the
 # command its page names; OPS= leaves out the production-shaped test's
-# timeline (it needs prometheus, like test-ops).
+# timeline (it needs prometheus, like test-ops). RECONCILE_TENDERS= leaves
+# out the reconcile cost figure (at 100,000 tenders its run takes about an
+# hour on the embedded database: the follower builds the aggregates first).
 OPS ?= 1
+RECONCILE_TENDERS ?= 100000
 plots: $(STAMP_TEST)
 	$(BIN)/openprocurement-feed race --duration 10 --seed 1 --plot docs/_static/race.svg
 	$(BIN)/python -m benchmarks orders --order-seconds 10 --order-rounds 2 --hot-rounds 1 --docs 500 --plot docs/_static/
 	$(BIN)/python -m openprocurement_feed.plots shape docs/_static/production-shape.svg
 	@if [ -n "$(OPS)" ]; then PROMTOOL="$(PROMTOOL)" $(BIN)/python ops/e2e.py --plot docs/_static/ops-timeline.svg; fi
+	@if [ -n "$(RECONCILE_TENDERS)" ]; then $(BIN)/python -m benchmarks reconcile-client --no-scenario \
+		--reconcile-tenders $(RECONCILE_TENDERS) --plot docs/_static/reconcile-cost.svg; fi
 
 dist: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet build
