@@ -80,7 +80,7 @@ COMMIT_OK = feed(
     order="commit",
     watermark_seconds=1.0,
     reason="the sequencer keeps up",
-    checkpoint={"position": "1796229504.0000000012", "age_seconds": 0.4, "behind_newest_write_seconds": 0.0},
+    checkpoint={"position": "1796229504.0000000012", "age_seconds": 0.4, "uncovered_seconds": 0.0},
 )
 COMMIT_STALLED = feed(
     "at-risk",

@@ -11,11 +11,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pymongo.change_stream import ChangeStream, CollectionChangeStream
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 from .aggregates import AggregateKeeper
 from .dbstream import DatabaseStream
-from .errors import SequencerError
+from .errors import HISTORY_LOST_CODES, SequencerError
 from .lag import event_lag
 from .recovery import CollectionRecovery
 from .stamps import predecessor
@@ -66,10 +66,30 @@ class CollectionSequencer(CollectionRecovery):
         )
 
     def open(self) -> CollectionChangeStream[Any]:
-        """An observer's stream, from the present (a sequencer of positions
-        reads its database's stream: :class:`~.dbstream.DatabaseStream`)."""
+        """An observer's stream: after the last batch it measured when it
+        reopens after an error (what committed meanwhile is measured), from
+        the present on its first start or when that point has left the
+        oplog (the stretch it could not measure is recorded in its stats
+        and published). A sequencer of positions reads its database's
+        stream: :class:`~.dbstream.DatabaseStream`."""
         if not self.observe:
             raise SequencerError(f"collection {self.name!r}: a sequencer of positions reads its database's stream")
+        token = self.observed_token
+        if token is None:
+            return self._watch()
+        try:
+            return self._watch(resume_after=token)
+        except OperationFailure as error:
+            if error.code not in HISTORY_LOST_CODES:
+                raise
+            log.warning(
+                "Observer of %r: its resume point has left the oplog (%s); "
+                "the writes committed since its last read are not measured",
+                self.name,
+                (error.details or {}).get("codeName"),
+            )
+        self.observed_token = None
+        self.stats.history_lost()
         return self._watch()
 
     def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -114,15 +134,17 @@ class CollectionSequencer(CollectionRecovery):
         self.stats.following()
         if self.observe:
             self.stats.events += len(events)
-            self.publisher.maybe_publish(self.window)
+            # measured through here: a stream reopened after an error resumes after it
+            self.observed_token = stream.resume_token or self.observed_token
+            self.heartbeat(caught_up)
             return
         if not events:
-            self.publisher.maybe_publish(self.window, {"checkpoint": self.stats.checkpoint})
             pending = self.pending
             if caught_up and pending is not None:
                 self.pending = None
                 self.publish(None, None, pending[0])
                 self._record_delays(pending[1])
+            self.heartbeat(caught_up)
             return
         for event in events:
             if event.get("operationType") in INVALIDATING:
@@ -144,7 +166,23 @@ class CollectionSequencer(CollectionRecovery):
         covered = [event for event in events if event["clusterTime"] <= checkpoint]
         self._record_delays(covered)
         self.pending = None if caught_up else (last, events[len(covered) :])
-        self.publisher.maybe_publish(self.window, {"checkpoint": self.stats.checkpoint})
+        self.heartbeat(caught_up)
+
+    def heartbeat(self, caught_up: bool) -> None:
+        """Publish the figures (at most once a second, after every read:
+        :class:`~.lag.Publisher`), with the checkpoint, the restarts and the
+        last error, and a stretch of the stream an observer could not measure."""
+        stats = self.stats
+        extra: dict[str, Any] = {"restarts": stats.restarts, "last_error": stats.last_error}
+        if not self.observe:
+            extra["checkpoint"] = stats.checkpoint
+        if stats.unmeasured is not None:
+            extra["unmeasured"] = {
+                "from": datetime.fromtimestamp(stats.unmeasured[0], timezone.utc),
+                "until": datetime.fromtimestamp(stats.unmeasured[1], timezone.utc),
+            }
+        read_at = stats.read_returned if caught_up else None
+        self.publisher.maybe_publish(self.window, extra, caught_up_at=read_at)
 
     def measure(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Record each write's start-to-commit lag (the watermark's bet)."""

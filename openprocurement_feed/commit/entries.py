@@ -57,6 +57,12 @@ class SequencerStats:
     #: in server selection, so a read can hang for seconds with no error
     #: reaching the follower (the health view shows such a read as a failure)
     reading_since: float | None = None
+    #: when (``time.monotonic()``) the last read of the stream returned
+    read_returned: float | None = None
+    #: an observer that could not resume its stream after an error (its
+    #: point had left the oplog): from when to when (wall-clock seconds)
+    #: the writes it did not measure committed
+    unmeasured: tuple[float, float] | None = None
 
     def failed(self, error: BaseException) -> None:
         """Record a database error that stopped the stream (it is retried)."""
@@ -73,6 +79,13 @@ class SequencerStats:
     def read(self) -> None:
         """The read of the stream returned."""
         self.reading_since = None
+        self.read_returned = time.monotonic()
+
+    def history_lost(self) -> None:
+        """Record that the stream could not resume where it stopped: what
+        committed since the first error of this failure (or now) is unseen."""
+        now = time.time()
+        self.unmeasured = (self.failing_since or now, now)
 
     def failure(self, stuck_after: float, now: float | None = None) -> tuple[float, str] | None:
         """Since when (wall-clock seconds) and why the follower has not
@@ -186,6 +199,8 @@ class CollectionEntries:
         #: set by :meth:`run`: ends a re-materialization
         self.stopping = threading.Event()
         self.rematerializer: threading.Thread | None = None
+        #: an observer's point: the stream's token after the last batch it measured
+        self.observed_token: Mapping[str, Any] | None = None
 
     # -- entries ------------------------------------------------------------
 

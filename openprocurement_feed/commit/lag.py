@@ -66,9 +66,26 @@ def event_lag(event: Mapping[str, Any]) -> float | None:
     return max(0.0, wall.timestamp() - float(stamp))
 
 
+#: Seconds taken off a caught-up follower's ``seen`` time besides the
+#: measured time from its read to its publication: the read's own trip.
+SEEN_MARGIN_SECONDS = 0.1
+
+
 @dataclass
 class Publisher:
-    """Publishes a follower's figures to ``feed_health`` at most every ``every`` s."""
+    """Publishes a follower's figures to ``feed_health`` at most every ``every`` s.
+
+    A follower calls :meth:`maybe_publish` after every read of its stream,
+    events or none, so its figures are a heartbeat: about one publication a
+    second while it follows, quiet or not, and none while it is stuck (a
+    fault, a stopped process), which the health view reads as staleness.
+    ``updated`` is the database's clock at the publication (``$$NOW``), and
+    ``seen`` the database's time up to which the follower had read its
+    stream when that read found nothing (caught up): the publication's
+    ``$$NOW`` less the time since that read and :data:`SEEN_MARGIN_SECONDS`.
+    A write stamped after ``seen`` that stays unseen longer than the
+    threshold tells the health view the follower is not following.
+    """
 
     db: Database[Any]
     collection: str
@@ -76,15 +93,27 @@ class Publisher:
     every: float = 1.0
     last: float = field(default=0.0)
 
-    def maybe_publish(self, window: LagWindow, extra: Mapping[str, Any] | None = None, force: bool = False) -> None:
+    def maybe_publish(
+        self,
+        window: LagWindow,
+        extra: Mapping[str, Any] | None = None,
+        force: bool = False,
+        caught_up_at: float | None = None,
+    ) -> None:
+        """Publish unless the last publication is younger than ``every``;
+        ``caught_up_at`` is when (``time.monotonic()``) the last read that
+        found nothing returned, when the stream was caught up there."""
         now = time.monotonic()
         if not force and now - self.last < self.every:
             return
         self.last = now
-        document = {
-            "role": self.role,
-            "lag_ms": window.summary(),
-            "updated": datetime.now(timezone.utc),
-            **(extra or {}),
+        stage: dict[str, Any] = {
+            "role": {"$literal": self.role},
+            "lag_ms": {"$literal": window.summary()},
+            "updated": "$$NOW",
         }
-        self.db[HEALTH_COLLECTION].update_one({"_id": self.collection}, {"$set": document}, upsert=True)
+        stage.update({name: {"$literal": value} for name, value in (extra or {}).items()})
+        if caught_up_at is not None:
+            behind_ms = int((max(0.0, now - caught_up_at) + SEEN_MARGIN_SECONDS) * 1000)
+            stage["seen"] = {"$subtract": ["$$NOW", behind_ms]}
+        self.db[HEALTH_COLLECTION].update_one({"_id": self.collection}, [{"$set": stage}], upsert=True)

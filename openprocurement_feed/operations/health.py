@@ -8,13 +8,19 @@ shared ``feed_health`` collection, one document per followed collection.
 The health view reads those documents (and, for commit-ordered feeds, the
 checkpoint), so every web worker answers the same.
 
-Verdicts (:func:`feed_health`):
+Verdicts (:func:`feed_health`), every age by the database's clock:
 
 * watermark order: ``violated`` when the window's max lag is ``>= W``,
-  ``at-risk`` above ``W / 2``, else ``ok``; ``unknown`` without a watcher;
-* commit order: ``at-risk`` when the newest write is more than
-  ``feed.checkpoint_threshold_seconds`` past the checkpoint (the sequencer
-  is not keeping up), else ``ok``; ``unknown`` before the first checkpoint.
+  ``at-risk`` above ``W / 2``, else ``ok``; ``unknown`` without a running
+  watcher (its figures older than :data:`STALE_AFTER`), when a public write
+  has waited longer than ``feed.checkpoint_threshold_seconds`` for the
+  observer to see it, or when the observer could not resume its stream
+  (:mod:`.coverage`);
+* commit order: ``at-risk`` when a public write has waited longer than
+  ``feed.checkpoint_threshold_seconds`` for the checkpoint to cover it,
+  with or without later writes, or when no sequencer has published its
+  figures for :data:`STALE_AFTER` (wherever it runs: a stuck or stopped one
+  publishes nothing), else ``ok``; ``unknown`` before the first checkpoint.
 
 While the in-process follower (``feed.sequencer = thread`` or ``observe``)
 cannot read its change stream or write its positions (an election, a
@@ -32,16 +38,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from bson.timestamp import Timestamp
 from pymongo.database import Database
 from pyramid.request import Request
 
 from ..commit.lag import HEALTH_COLLECTION, LagWindow, event_lag
 from ..commit.lag import Publisher as Publisher
-from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, positions_name
+from ..store.orders import COMMIT
+from .coverage import database_now, epoch, oldest_uncovered, oldest_unseen, published_figures, read_checkpoint
 from .figures import VERDICTS, FeedFigures
 
 log = logging.getLogger("openprocurement_feed.health")  # its name from before the package had subpackages
@@ -66,42 +72,48 @@ def _worst(verdicts: Iterable[str]) -> str:
     return max(verdicts, key=VERDICTS.index, default="unknown")
 
 
-def _age(moment: Any, now: datetime) -> float | None:
+def _age(moment: Any, now: float) -> float | None:
     if not isinstance(moment, datetime):
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    seconds: float = (now - moment).total_seconds()
-    return round(max(0.0, seconds), 1)
+    return round(max(0.0, now - epoch(moment)), 1)
 
 
 def feed_health(
     db: Database[Any], feed: Any, watermark_seconds: float, threshold: float, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The health of one feed (a :class:`~.views.FeedDefinition`)."""
-    now = now or datetime.now(timezone.utc)
-    published = db[HEALTH_COLLECTION].find_one({"_id": feed.collection}) or {}
-    age = _age(published.get("updated"), now)
+    """The health of one feed (a :class:`~.views.FeedDefinition`), its ages
+    by the database's clock (``now`` replaces it)."""
+    published, clock = published_figures(db, feed.collection)
+    if now is not None:
+        clock = now.timestamp()
+    age = _age(published.get("updated"), clock)
     running = age is not None and age <= STALE_AFTER
     lag = published.get("lag_ms") if running else None
     lag = lag or {"p50": None, "p99": None, "max": None, "count": 0, "window_seconds": None}
+    watcher: dict[str, Any] = {
+        "running": running,
+        "updated": updated.isoformat() if isinstance(updated := published.get("updated"), datetime) else None,
+        "age_seconds": age,
+    }
+    if published.get("restarts"):
+        watcher["restarts"] = published["restarts"]
+        watcher["last_error"] = published.get("last_error") or None
     body: dict[str, Any] = {
         "name": feed.name,
         "collection": feed.collection,
         "order": feed.order,
         "watermark_seconds": watermark_seconds,
-        "watcher": {
-            "running": running,
-            "updated": updated.isoformat() if isinstance(updated := published.get("updated"), datetime) else None,
-            "age_seconds": age,
-        },
+        "watcher": watcher,
         "checkpoint": None,
         "lag_ms": lag,
     }
     if feed.order == COMMIT:
-        body["verdict"], body["reason"] = _commit_verdict(db, feed, threshold, body)
+        body["verdict"], body["reason"] = _commit_verdict(db, feed, threshold, body, clock)
     else:
-        body["verdict"], body["reason"] = _watermark_verdict(watermark_seconds, running, lag)
+        verdicts = [_watermark_verdict(watermark_seconds, running, lag)]
+        if running:
+            verdicts += _observer_verdicts(db, feed, threshold, body, published, clock)
+        body["verdict"], body["reason"] = max(verdicts, key=lambda item: VERDICTS.index(item[0]))
     return body
 
 
@@ -155,37 +167,73 @@ def _watermark_verdict(watermark: float, running: bool, lag: Mapping[str, Any]) 
     return "ok", f"max start-to-commit lag {worst_ms:.0f} ms is below half of W ({w_ms / 2:.0f} ms)"
 
 
-def _commit_verdict(db: Database[Any], feed: Any, threshold: float, body: dict[str, Any]) -> tuple[str, str]:
-    state = db[positions_name(feed.collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
-    checkpoint = state.get("checkpoint")
-    if not isinstance(checkpoint, Timestamp):
+def _stale_reason(what: str, age: float | None) -> str:
+    since = f"for {age:g} s" if age is not None else "ever"
+    return f"no {what} has published its figures {since} (it does about every second while it follows)"
+
+
+def _commit_verdict(
+    db: Database[Any], feed: Any, threshold: float, body: dict[str, Any], now: float
+) -> tuple[str, str]:
+    checkpoint = read_checkpoint(db, feed.collection)
+    if checkpoint is None:
         return "unknown", "no checkpoint yet: " + HOW_TO_WATCH
-    # Only the stamps past the checkpoint's second: a range of the feed
-    # index, a handful of rows while a sequencer keeps up, where the newest
-    # stamp of the whole collection was a sort of all its documents on the
-    # embedded server (it sorts in memory, then applies the limit), once
-    # per feed per scrape per worker.
-    newest = (
-        db[feed.collection].find_one(
-            {"is_public": True, PUBLIC_MODIFIED: {"$gt": checkpoint.time + 1}},
-            {PUBLIC_MODIFIED: 1},
-            sort=[(PUBLIC_MODIFIED, -1)],
-        )
-        or {}
-    )
+    oldest = oldest_uncovered(db, feed.collection, checkpoint, now, threshold)
+    waited = max(0.0, now - oldest) if oldest is not None else 0.0
     body["checkpoint"] = {
         "position": f"{checkpoint.time}.{checkpoint.inc:010d}",
-        "age_seconds": round(max(0.0, time.time() - checkpoint.time), 1),
+        "age_seconds": round(max(0.0, now - checkpoint.time), 1),
+        "uncovered_seconds": round(waited, 1),
     }
-    stamp = newest.get(PUBLIC_MODIFIED)
-    behind = float(stamp) - (checkpoint.time + 1) if isinstance(stamp, (int, float)) else 0.0
-    body["checkpoint"]["behind_newest_write_seconds"] = round(max(0.0, behind), 1)
-    if behind > threshold:
+    if waited > threshold:
         return "at-risk", (
-            f"the checkpoint is {behind:.0f} s behind the newest write "
-            f"(threshold {threshold:g} s): is the sequencer running?"
+            f"a public write has waited {waited:.1f} s for the checkpoint (threshold {threshold:g} s): "
+            "crawlers do not see it; is the sequencer running?"
+        )
+    watcher = body["watcher"]
+    if not watcher["running"]:
+        return "at-risk", (
+            _stale_reason("sequencer", watcher["age_seconds"])
+            + ": a write now would not reach the feed; is the sequencer running?"
         )
     return "ok", "the sequencer keeps up"
+
+
+def _observer_verdicts(
+    db: Database[Any], feed: Any, threshold: float, body: dict[str, Any], published: Mapping[str, Any], now: float
+) -> list[tuple[str, str]]:
+    """A running observer's ``unknown`` verdicts from the data: a write it
+    has not seen for longer than ``threshold``, or a stretch of its stream
+    it could not measure (its resume point had left the oplog) still in
+    its lag window."""
+    verdicts = []
+    watcher = body["watcher"]
+    seen = published.get("seen")
+    if isinstance(seen, datetime):
+        oldest = oldest_unseen(db, feed.collection, epoch(seen))
+        waited = max(0.0, now - oldest) if oldest is not None else 0.0
+        watcher["unseen_seconds"] = round(waited, 1)
+        if waited > threshold:
+            verdicts.append(
+                (
+                    "unknown",
+                    f"a public write has waited {waited:.1f} s for the observer (threshold {threshold:g} s): "
+                    "the lag is not measured; is the observer running?",
+                )
+            )
+    gap = published.get("unmeasured") or {}
+    began, ended = gap.get("from"), gap.get("until")
+    window = float((published.get("lag_ms") or {}).get("window_seconds") or 0.0)
+    if isinstance(began, datetime) and isinstance(ended, datetime) and epoch(ended) + window > now:
+        watcher["unmeasured"] = {"from": began.isoformat(), "until": ended.isoformat()}
+        verdicts.append(
+            (
+                "unknown",
+                "the observer could not resume its stream after an error (its resume point had left the oplog): "
+                f"the writes committed from {began.isoformat()} to {ended.isoformat()} were not measured",
+            )
+        )
+    return verdicts
 
 
 class VerdictLog:
@@ -217,11 +265,13 @@ def _feed_collections(registry: Any, commit_only: bool = False) -> list[str]:
 def checkpoint_ages(registry: Any) -> dict[str, float]:
     """Metrics scrape hook: each commit-ordered collection's checkpoint age (s)."""
     db = registry.feed_store.db
-    ages = {}
-    for name in _feed_collections(registry, commit_only=True):
-        state = db[positions_name(name)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
-        if isinstance(state.get("checkpoint"), Timestamp):
-            ages[name] = max(0.0, time.time() - state["checkpoint"].time)
+    ages: dict[str, float] = {}
+    names = _feed_collections(registry, commit_only=True)
+    now = database_now(db) if names else 0.0
+    for name in names:
+        checkpoint = read_checkpoint(db, name)
+        if checkpoint is not None:
+            ages[name] = max(0.0, now - checkpoint.time)
     return ages
 
 
@@ -253,7 +303,7 @@ def feed_figures(registry: Any) -> list[Any]:
                 collection=feed.collection,
                 verdict=body["verdict"],
                 watcher_age=body["watcher"]["age_seconds"],
-                checkpoint_behind=checkpoint.get("behind_newest_write_seconds"),
+                checkpoint_behind=checkpoint.get("uncovered_seconds"),
             )
         )
     return figures
