@@ -208,7 +208,7 @@ def test_an_in_sync_check_reads_no_items() -> None:
     answer = Negentropy(storage).reconcile(query)
     assert answer == b"\x61"
     assert storage.items_read == 0
-    assert storage.calls == {"size": 1, "find_lower_bound": 16, "fingerprint": 16}
+    assert storage.calls == {"size": 1, "find_lower_bound": 15, "fingerprint": 16}
 
 
 def test_the_responder_reads_only_bucket_edges_and_small_ranges() -> None:

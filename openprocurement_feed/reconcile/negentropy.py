@@ -121,7 +121,8 @@ class Negentropy:
                 previous_index = storage.find_lower_bound(previous_index, size, pending_skip_bound)
                 pending_skip_bound = None
             lower = previous_index
-            upper = storage.find_lower_bound(lower, size, bound)
+            # No item lies at infinity: the last range ends at the end without a lookup.
+            upper = size if bound.is_infinity else storage.find_lower_bound(lower, size, bound)
             part = b""
             if rng.mode == MODE_FINGERPRINT:
                 if rng.fingerprint != storage.fingerprint(lower, upper):
