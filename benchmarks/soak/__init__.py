@@ -363,7 +363,7 @@ def summarize(soak: Soak, rows: list[tuple[str, str, bool]], workdir: Path) -> i
     database_from = soak.database_from()
     judged = [role for role in samples[-1].processes if role != "soak"]
     objects = object_collections({name for sample in samples for name in sample.collections})
-    verdicts = judge(samples, options.warm_up, database_from, objects, judged)
+    verdicts = judge(samples, options.warm_up, database_from, objects, judged, options.oplog_max_entries)
     passed = print_verdicts(verdicts, rows)
     if options.plot:
         from .plot import plot_soak

@@ -114,6 +114,7 @@ def judge(
     database_from: float | None,
     object_collections: set[str],
     judged_processes: Sequence[str],
+    oplog_bound: int,
 ) -> list[Verdict]:
     """Every criterion's verdict on the samples after ``warm_up`` minutes
     (the database's RSS after ``database_from``, when its oplog reached its
@@ -136,7 +137,7 @@ def judge(
             verdicts[-1].ok = None
     verdicts.append(_flat("connections flat", "database", series(steady, field_of("connections"))))
     oplog_steady = [s for s in steady if database_from is not None and s.minute >= database_from]
-    verdicts.extend(_collection_verdicts(steady, object_collections, oplog_steady))
+    verdicts.extend(_collection_verdicts(steady, object_collections, oplog_steady, oplog_bound))
     for name, attribute in TIMINGS:
         points = series(steady, field_of(attribute))
         median = statistics.median([y for _, y in points]) if points else 0.0
@@ -187,8 +188,21 @@ def _flat(criterion: str, name: str, points: list[tuple[float, float]]) -> Verdi
     return verdict
 
 
+def _oplog_verdict(points: list[tuple[float, float]], bound: int) -> Verdict:
+    """The oplog stays within 5 % of its bound of entries (it is pruned
+    now and then, not at each write)."""
+    verdict = _verdict("oplog stays at its bound", OPLOG, points, f"entries <= 1.05 x {bound:,}", lambda s: True)
+    if points:
+        highest = max(y for _, y in points)
+        verdict.ok = highest <= 1.05 * bound
+        verdict.note = f"entries {min(y for _, y in points):,.0f}-{highest:,.0f}"
+    else:
+        verdict.ok, verdict.note = None, "never at its bound"
+    return verdict
+
+
 def _collection_verdicts(
-    steady: Sequence[Sample], object_collections: set[str], oplog_steady: Sequence[Sample]
+    steady: Sequence[Sample], object_collections: set[str], oplog_steady: Sequence[Sample], oplog_bound: int
 ) -> list[Verdict]:
     """Object collections (the feed, its positions, the keys): documents
     grow with the creates only and bytes per document do not grow.
@@ -200,7 +214,10 @@ def _collection_verdicts(
     creates = slope_per_hour(series(steady, lambda s: s.creates)) or 0.0
     names = sorted({name for sample in steady for name in sample.collections})
     for name in names:
-        window = oplog_steady if name == OPLOG else steady
+        if name == OPLOG:
+            verdicts.append(_oplog_verdict(series(oplog_steady, collection_figure(name, 0)), oplog_bound))
+            continue
+        window = steady
         docs = series(window, collection_figure(name, 0))
         size = series(window, collection_figure(name, 1))
         if name in object_collections:

@@ -32,6 +32,10 @@ FEED = "tenders"
 #: The long-poll crawler's hold (s), and the polling crawler's period (s).
 LONGPOLL_SECONDS = 5
 POLL_SECONDS = 1.0
+#: The crawlers' memory of versions seen (``sync --dedup-size``; 100,000 by
+#: default): a bounded cache that fills within the warm-up, so that its
+#: growth is not read as a leak.
+DEDUP_SIZE = 10_000
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -160,7 +164,7 @@ class Shape:
         command = [sys.executable, "-m", "openprocurement_feed.cli", "sync", f"{self.api}/{FEED}"]
         command += ["--state", str(self.workdir / f"{name}.state"), "--out", str(out), "--follow"]
         command += ["--longpoll", f"{longpoll:g}", "--poll", f"{POLL_SECONDS:g}"]
-        command += ["--give-up-after", "0", "--no-progress"]
+        command += ["--give-up-after", "0", "--no-progress", "--dedup-size", str(DEDUP_SIZE)]
         self.spawn(name, command)
         return out
 
