@@ -173,7 +173,12 @@ def test_api_matches_its_document(fuzz_target: FuzzTarget, mode: GenerationMode)
     operations = [result.ok() for result in loaded.get_all_operations()]
     paths = {operation.path for operation in operations}
     other = "watermark" if fuzz_target.order == "commit" else "commit"
-    assert {"/api/2.5/tenders", f"/api/2.5/tenders-{other}", "/api/2.5/tenders/{tender_id}"} <= paths
+    assert {
+        "/api/2.5/tenders",
+        f"/api/2.5/tenders-{other}",
+        "/api/2.5/tenders/{tender_id}",
+        "/api/2.5/feeds/tenders/reconcile",
+    } <= paths
     for operation in operations:
         fuzz_operation(operation, mode, fuzz_target)
     assert fuzz_target.requests >= len(operations) - len(fuzz_target.no_invalid)

@@ -198,7 +198,7 @@ def test_the_document_follows_the_route_prefix(settings: dict[str, str]) -> None
         document = TestApp(app).get("/api/2.3/feeds/openapi.json").json
     finally:
         shutdown(app.registry)
-    assert list(document["paths"]) == ["/api/2.3/plans"]
+    assert list(document["paths"]) == ["/api/2.3/plans", "/api/2.3/feeds/plans/reconcile"]
 
 
 def test_path_templates_drop_pyramids_regular_expressions() -> None:

@@ -362,3 +362,22 @@ def test_record_ids_match_the_core(app: App) -> None:
     assert doc is not None
     stamp = timestamp_us(versions[key])
     assert (doc["b"], doc["r"]) == (stamp, record_id(key, stamp).hex())
+
+
+def test_metrics_count_sessions_rounds_bytes_and_differences(settings: dict[str, str]) -> None:
+    served = App(settings, "watermark", **{"feed.metrics_path": "/metrics"})
+    try:
+        ids = served.create(20)  # the copy's first message is its id list: the server sees both sides
+        versions = served.documents()
+        until = served.settled(versions)["until"]
+        copy = dict(versions)
+        del copy[ids[0]]
+        rounds, _, need = reconcile(served, copy_of(copy, until), until)
+        assert need == {record(ids[0], versions[ids[0]]).id.hex()}
+        text = served.test.get("/metrics").text
+        assert 'openprocurement_feed_reconcile_sessions_total{feed="tenders"}' in text
+        assert f'openprocurement_feed_reconcile_rounds_total{{feed="tenders"}} {float(rounds)}' in text
+        assert 'openprocurement_feed_reconcile_bytes_total{direction="received",feed="tenders"}' in text
+        assert 'openprocurement_feed_reconcile_differences_total{feed="tenders"} 1.0' in text
+    finally:
+        served.close()

@@ -30,6 +30,7 @@ from pyramid.request import Request
 from pyramid.security import NO_PERMISSION_REQUIRED
 
 from ..settings import FeedSettings
+from .reconcile_openapi import reconcile_part
 
 #: The OpenAPI version of the document.
 OPENAPI_VERSION = "3.1.0"
@@ -367,6 +368,7 @@ def openapi_document(registry: Any, server_url: str | None = None) -> dict[str, 
     for feed in getattr(registry, "feed_definitions", {}).values():
         template, operation, schemas = feed_operation(feed, settings)
         merge(document, {"paths": {template: {"get": operation}}, "components": {"schemas": schemas}})
+        merge(document, reconcile_part(feed, settings))
     for hook in getattr(registry, "feed_openapi_hooks", ()):
         merge(document, hook(registry))
     return document

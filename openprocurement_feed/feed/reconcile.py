@@ -49,9 +49,6 @@ log = logging.getLogger("openprocurement_feed.reconcile")
 PROTOCOL = 1
 OCTET_STREAM = "application/octet-stream"
 DIGITS_RE = re.compile(r"[0-9]{1,20}", re.ASCII)
-#: The ``request.environ`` key where a reconcile view leaves what it did
-#: (read by the metrics tween: bytes, differences).
-RECONCILE_KEY = "openprocurement_feed.reconcile"
 
 
 def reconcile_route_name(name: str) -> str:

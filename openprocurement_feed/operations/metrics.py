@@ -69,6 +69,10 @@ VERDICT = "openprocurement_feed_verdict"
 WATCHER_AGE = "openprocurement_feed_watcher_age_seconds"
 CHECKPOINT_BEHIND = "openprocurement_feed_checkpoint_behind_seconds"
 METRICS_ERRORS = "openprocurement_feed_metrics_errors_total"
+RECONCILE_SESSIONS = "openprocurement_feed_reconcile_sessions_total"
+RECONCILE_ROUNDS = "openprocurement_feed_reconcile_rounds_total"
+RECONCILE_BYTES = "openprocurement_feed_reconcile_bytes_total"
+RECONCILE_DIFFERENCES = "openprocurement_feed_reconcile_differences_total"
 
 #: Page latency buckets: 1 ms to 5 s.
 PAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -197,6 +201,27 @@ class FeedMetrics:
                 registry=own,
             ),
         }
+        self._reconcile = {
+            "session": Counter(
+                RECONCILE_SESSIONS,
+                "Reconcile sessions begun (GET of a feed's reconcile endpoint).",
+                ["feed"],
+                registry=own,
+            ),
+            "round": Counter(RECONCILE_ROUNDS, "Reconcile rounds answered (POST).", ["feed"], registry=own),
+            "bytes": Counter(
+                RECONCILE_BYTES,
+                "Bytes of reconcile messages, by direction (received: the clients', sent: the answers).",
+                ["feed", "direction"],
+                registry=own,
+            ),
+            "differences": Counter(
+                RECONCILE_DIFFERENCES,
+                "Records found on one side only in the id lists of reconcile rounds.",
+                ["feed"],
+                registry=own,
+            ),
+        }
         if own is not None:
             self._source: Any = own
         else:
@@ -276,6 +301,19 @@ class FeedMetrics:
         """Set the checkpoint age of ``collection`` (a scrape hook's value for
         the same collection, computed later, wins)."""
         self.checkpoint_age.labels(collection).set(seconds)
+
+    @never_raises
+    def observe_reconcile(self, feed: str, what: str, received: int = 0, sent: int = 0, found: int = 0) -> None:
+        """Count a reconcile ``session`` (its GET) or ``round`` (a POST) of
+        ``feed``, with the bytes received and sent and the differences found."""
+        counters = self._reconcile
+        counters["session" if what == "session" else "round"].labels(feed).inc()
+        if received:
+            counters["bytes"].labels(feed, "received").inc(received)
+        if sent:
+            counters["bytes"].labels(feed, "sent").inc(sent)
+        if found:
+            counters["differences"].labels(feed).inc(found)
 
     @never_raises
     def longpoll_waiting(self, feed: str, delta: int) -> None:
