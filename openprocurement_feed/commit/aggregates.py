@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from pymongo import ASCENDING, InsertOne, ReplaceOne, UpdateOne
+from pymongo import InsertOne, ReplaceOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -62,7 +62,7 @@ from ..store.buckets import (
 log = logging.getLogger("openprocurement_feed.aggregates")
 
 #: Seconds a keeper's lease lasts without renewal (renewed every third of it).
-LEASE_SECONDS = 10.0
+LEASE_SECONDS = 30.0
 #: Seconds before the last complete point from which a catch-up re-reads
 #: the documents (a change that committed after the point was stamped at
 #: most this much before it).
@@ -271,21 +271,15 @@ class AggregateKeeper:
         projection = {name: 1 for name in self.fields}
         wall = state.get("wall")
         if not self.built or not isinstance(wall, int):
-            cursor = self.documents.find(
-                {"is_public": True},
-                projection,
-                sort=[("public_modified", ASCENDING), ("_id", ASCENDING)],
-                batch_size=SCAN_CHUNK,
-            )
+            # in the collection's order: versions decide, not the order
+            # (a sort would make the server gather every document first)
+            cursor = self.documents.find({"is_public": True}, projection, batch_size=SCAN_CHUNK)
             self.scan = iter(cursor)
             return
         since = wall / 1_000_000 - CATCH_UP_MARGIN_SECONDS
         cursors = [
             self.documents.find(
-                {"is_public": public, "public_modified": {"$gt": since}},
-                projection,
-                sort=[("public_modified", ASCENDING), ("_id", ASCENDING)],
-                batch_size=SCAN_CHUNK,
+                {"is_public": public, "public_modified": {"$gt": since}}, projection, batch_size=SCAN_CHUNK
             )
             for public in (True, False)
         ]

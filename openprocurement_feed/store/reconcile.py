@@ -53,9 +53,10 @@ from .buckets import (
 from .orders import COMMIT, FeedNotReady, positions_name
 from .orders import STATE_ID as POSITIONS_STATE_ID
 
-#: Seconds a keeper's state may go unwritten before the storage takes the
-#: keeper for stopped (it writes at least once a second while it runs).
-KEEPER_ALIVE_SECONDS = 15.0
+#: Seconds past its lease's end before the storage takes a keeper for
+#: stopped (it renews the lease every 10 s while it runs; a build's first
+#: read of a large collection may hold it longer).
+KEEPER_ALIVE_SECONDS = 60.0
 #: What the client is asked to wait while the aggregates catch up.
 RETRY_AFTER_SECONDS = 1
 AGGREGATES = "aggregates"
