@@ -101,7 +101,9 @@ def test_an_object_changed_during_the_check_is_reported_as_changed_not_as_a_diff
     moved = ids[4]
 
     def patch_now() -> None:  # after the horizon was read, before the first round is answered
-        wait_shown(feed, moved, feed.patch(moved, "changed during the check"))
+        held = {key: line["dateModified"] for key, line in latest_lines(copy).items()}
+        held[moved] = feed.patch(moved, "changed during the check")
+        wait_reconciled(feed, held)  # the endpoint's records show the change (the follower kept it)
 
     feed.tamper.before_post = patch_now
     status, found, err = verify_json(capsys, feed.url, "--items", str(copy))
@@ -116,11 +118,12 @@ def test_an_object_changed_during_the_check_is_reported_as_changed_not_as_a_diff
     assert status == 0 and found["changed"] == [] and found["rounds"] == 1
 
 
-def wait_shown(feed: Feed, object_id: str, stamp: str, timeout: float = 20.0) -> None:
-    """Wait until the feed's newest page shows ``object_id`` at ``stamp``."""
+def wait_reconciled(feed: Feed, held: dict[str, str], timeout: float = 20.0) -> None:
+    """Wait until a check of ``held`` (nested inside the tampered one: the
+    tamper's hook is spent) finds it in sync."""
     deadline = time.monotonic() + timeout
-    while feed.newest(10).get(object_id) != stamp:
-        assert time.monotonic() < deadline, f"the feed did not show {object_id} at {stamp}"
+    while not reconcile_feed(feed.url, held.items(), recheck=False).in_sync:
+        assert time.monotonic() < deadline, f"the endpoint did not show {held} within {timeout} s"
         time.sleep(0.05)
 
 
