@@ -381,3 +381,42 @@ def test_metrics_count_sessions_rounds_bytes_and_differences(settings: dict[str,
         assert 'openprocurement_feed_reconcile_differences_total{feed="tenders"} 1.0' in text
     finally:
         served.close()
+
+
+def test_a_scoped_feed_reconciles_its_scope(settings: dict[str, str]) -> None:
+    from pyramid.config import Configurator
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import includeme
+
+    config = Configurator(settings=dict(settings, **{"feed.sequencer": "thread"}))
+    config.include(includeme)
+    config.add_feed("owner_tenders", path="owners/{owner}/tenders", collection="tenders", scope="owner")
+    app = config.make_wsgi_app()
+    try:
+        test = TestApp(app)
+        store = app.registry.feed_store
+        collection = store.collection("tenders")
+        owners = {"alice": 4, "bob": 2}
+        for owner, count in owners.items():
+            for _ in range(count):
+                store.save_data(collection, {"_id": uuid.uuid4().hex, "status": "active", "owner": owner}, insert=True)
+        path = "/api/2.5/feeds/owner_tenders/reconcile"
+        answer = test.get(path, status=400)
+        assert answer.json["errors"][0]["name"] == "owner"
+        deadline = time.monotonic() + 30
+        while True:
+            found = {owner: test.get(path, params={"owner": owner}, status="*") for owner in owners}
+            if all(
+                response.status_int == 200
+                and response.json["records"] == owners[owner]
+                and response.json["source"] == "aggregates"
+                for owner, response in found.items()
+            ):
+                break
+            assert time.monotonic() < deadline, {owner: response.text for owner, response in found.items()}
+            time.sleep(0.05)
+        assert test.get(path, params={"owner": "nobody"}).json["records"] == 0
+    finally:
+        shutdown(app.registry)
