@@ -166,6 +166,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="tenders of the feed a crawler's copy is checked against (default: %(default)s)",
     )
     reconcile_client.add_argument(
+        "--reconcile-orders",
+        type=lambda value: tuple(value.split(",")),
+        default=("watermark", "commit"),
+        metavar="LIST",
+        help="the orders, comma-separated (default: watermark,commit)",
+    )
+    reconcile_client.add_argument(
+        "--reconcile-save",
+        default=None,
+        metavar="FILE",
+        help="append each order's results to FILE (JSON lines) as soon as it is done",
+    )
+    reconcile_client.add_argument(
+        "--reconcile-load",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="report (and --plot) the results saved in FILE instead of running (repeatable)",
+    )
+    reconcile_client.add_argument(
         "--no-scenario",
         action="store_true",
         help="only the cost table: leave out verify / --repair / verify on each order",
@@ -329,7 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.part == "reconcile-client":
         from . import reconcile_client
 
-        reconcile_client.run(tenders=args.reconcile_tenders, scenario=not args.no_scenario, plot=args.plot)
+        reconcile_client.run(
+            tenders=args.reconcile_tenders,
+            orders=args.reconcile_orders,
+            scenario=not args.no_scenario,
+            plot=args.plot,
+            save=args.reconcile_save,
+            load=args.reconcile_load,
+        )
         return 0
     if args.part == "restricted":
         from . import restricted_cost

@@ -28,6 +28,7 @@ an hour (it gathers every match of a sorted range before the limit).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -449,29 +450,68 @@ def exactness_report(runs: Sequence[dict[str, Any]], tenders: int) -> str:
     return f"verify on a {tenders:,}-tender feed: 50 removed, 50 stale, 10 extra; --repair; verify again:\n{body}"
 
 
+def save_results(path: str, rows: Sequence[CostRow], runs: Sequence[dict[str, Any]]) -> None:
+    """Append an order's rows and scenario to ``path`` (JSON lines)."""
+    with open(path, "a", encoding="utf-8") as stream:
+        for row in rows:
+            stream.write(json.dumps({"row": dataclasses.asdict(row)}) + "\n")
+        for one in runs:
+            stream.write(json.dumps({"scenario": one}) + "\n")
+
+
+def load_results(paths: Sequence[str]) -> tuple[list[CostRow], list[dict[str, Any]]]:
+    """The rows and scenarios :func:`save_results` wrote to ``paths``."""
+    rows: list[CostRow] = []
+    runs: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as stream:
+            for line in stream:
+                entry = json.loads(line)
+                if "row" in entry:
+                    rows.append(CostRow(**entry["row"]))
+                else:
+                    runs.append(entry["scenario"])
+    return rows, runs
+
+
 def run(
     tenders: int = 100_000,
     orders: Sequence[str] = ("watermark", "commit"),
     differences: Sequence[int] = DIFFERENCES,
     scenario: bool = True,
     plot: str | None = None,
+    save: str | None = None,
+    load: Sequence[str] = (),
 ) -> list[CostRow]:
     """Print the cost table and the scenario's result for each order (and
-    draw the figure into ``plot``)."""
+    draw the figure into ``plot``). ``save``: also append each order's
+    results to that file as soon as the order is done (so that the orders
+    can run in two processes side by side); ``load``: report and draw the
+    results saved in those files instead of running."""
     rows: list[CostRow] = []
     runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="reconcile-client-bench-") as name:
-        folder = Path(name)
-        for order in orders:
-            with served_feed(order, tenders, folder) as feed:
-                feed.full_crawl = full_crawl_bytes(feed)
-                status(f"reconcile client, {order}: a full crawl at limit={CRAWL_LIMIT} reads {feed.full_crawl} B")
-                rows.extend(cost_rows(feed, differences))
-                if scenario:
-                    runs.append(exactness(feed, folder))
-    print(cost_report(rows, tenders), flush=True)
-    if runs:
-        print(exactness_report(runs, tenders), flush=True)
+    if load:
+        rows, runs = load_results(load)
+    else:
+        with tempfile.TemporaryDirectory(prefix="reconcile-client-bench-") as name:
+            folder = Path(name)
+            for order in orders:
+                with served_feed(order, tenders, folder) as feed:
+                    feed.full_crawl = full_crawl_bytes(feed)
+                    status(f"reconcile client, {order}: a full crawl at limit={CRAWL_LIMIT} reads {feed.full_crawl} B")
+                    order_rows = cost_rows(feed, differences)
+                    order_runs = [exactness(feed, folder)] if scenario else []
+                rows.extend(order_rows)
+                runs.extend(order_runs)
+                print(cost_report(order_rows, tenders), flush=True)
+                if order_runs:
+                    print(exactness_report(order_runs, tenders), flush=True)
+                if save:
+                    save_results(save, order_rows, order_runs)
+    if len(orders) > 1 or load:
+        print(cost_report(rows, tenders), flush=True)
+        if runs:
+            print(exactness_report(runs, tenders), flush=True)
     if plot:
         from openprocurement_feed.plots.reconcile import plot_reconcile_cost
 
