@@ -2,8 +2,9 @@
 reconcile-client --plot FILE`` (docs/reconcile.rst).
 
 Two panels against the number of differences ``k`` (log scale): the bytes a
-check sends and receives, per order, beside the bytes a full crawl of the
-feed's items reads and 5 % of it; and the rounds the check took.
+check sends and receives, per order (and with the stale and extra objects
+read once more), beside the bytes a full crawl of the feed's items reads and
+5 % of it; and the rounds the check took.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class CostPoint(Protocol):
     k: int
     rounds: int
     full_crawl: int
+    reread_bytes: int
 
     @property
     def both_ways(self) -> int: ...
@@ -35,11 +37,19 @@ def plot_reconcile_cost(rows: Sequence[CostPoint], tenders: int, path: str) -> s
     figure, (bytes_ax, rounds_ax) = plt.subplots(1, 2, figsize=(10, 4.2))
     orders = list(dict.fromkeys(row.order for row in rows))
     for order in orders:
-        points = sorted((max(row.k, 0.5), row.both_ways, row.rounds) for row in rows if row.order == order)
+        points = sorted(
+            (max(row.k, 0.5), row.both_ways, row.rounds, row.both_ways + row.reread_bytes)
+            for row in rows
+            if row.order == order
+        )
         colour = COLOURS.get(order, "tab:gray")
         label = "commit order" if order == "commit" else f"{order} order"
-        bytes_ax.plot([p[0] for p in points], [p[1] for p in points], "o-", color=colour, label=f"check, {label}")
-        rounds_ax.plot([p[0] for p in points], [p[2] for p in points], "o-", color=colour, label=label)
+        ks = [p[0] for p in points]
+        bytes_ax.plot(ks, [p[1] for p in points], "o-", color=colour, label=f"check, {label}")
+        bytes_ax.plot(
+            ks, [p[3] for p in points], ".--", color=colour, label=f"and the stale / extra objects read again, {label}"
+        )
+        rounds_ax.plot(ks, [p[2] for p in points], "o-", color=colour, label=label)
     crawl = max((row.full_crawl for row in rows), default=0)
     if crawl:
         bytes_ax.axhline(crawl, color="tab:red", linestyle="-", label=f"full crawl of the items ({crawl / 1e6:.1f} MB)")
@@ -50,12 +60,13 @@ def plot_reconcile_cost(rows: Sequence[CostPoint], tenders: int, path: str) -> s
     bytes_ax.set_ylabel("bytes, both ways (log scale)")
     bytes_ax.set_title(f"bytes of a check, {tenders:,} tenders", fontsize=10)
     bytes_ax.grid(True, which="both", color="0.92")
-    bytes_ax.legend(fontsize=8, loc="upper left")
+    bytes_ax.legend(fontsize=7, loc="lower right")
     rounds_ax.set_xscale("log")
     rounds_ax.set_xlabel("differences k (log scale; k = 0 drawn at 0.5)")
     rounds_ax.set_ylabel("round trips")
     rounds_ax.set_title("rounds of a check", fontsize=10)
     rounds_ax.set_ylim(0, max((row.rounds for row in rows), default=1) + 1)
+    rounds_ax.yaxis.get_major_locator().set_params(integer=True)
     rounds_ax.grid(True, which="both", color="0.92")
     rounds_ax.legend(fontsize=8, loc="upper left")
     figure.tight_layout()
