@@ -84,7 +84,10 @@ class Publisher:
     stream when that read found nothing (caught up): the publication's
     ``$$NOW`` less the time since that read and :data:`SEEN_MARGIN_SECONDS`.
     A write stamped after ``seen`` that stays unseen longer than the
-    threshold tells the health view the follower is not following.
+    threshold tells the health view the follower is not following. (A
+    process stopped between a read and its publication's arrival publishes
+    a ``seen`` late by the stop once it runs again, a moment before its
+    next read: a running follower, which sees those writes at once.)
     """
 
     db: Database[Any]
