@@ -151,6 +151,7 @@ class Feed:
             # the demo's patches take tens of ms, 100+ on a loaded machine:
             # a margin the watermark verdict does not count against them
             "feed_watermark_seconds": "2",
+            "feed_metrics_path": "/metrics",
         }
         self.app = main({}, **make_settings(uri, self.name, **extra))
         self.web = TestApp(self.app)
@@ -198,6 +199,23 @@ class Feed:
     def lines(self) -> list[str]:
         """Every follower's log lines, for failure messages."""
         return [line[:300] for follower in self.followers for line in follower.lines if "events/s" not in line]
+
+    def instruments(self) -> tuple[str, dict[str, float]]:
+        """What ``monitor --check`` prints of the health view now, and the
+        feed's verdict and distance gauges in a scrape of the metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from openprocurement_feed.commands.monitor import parse_health, summary_line
+
+        line = summary_line(parse_health(self.web.get(HEALTH, status="*").json))
+        gauges = {}
+        for family in text_string_to_metric_families(self.web.get("/metrics").text):
+            for sample in family.samples:
+                if sample.labels.get("feed") == "tenders" and sample.name == "openprocurement_feed_verdict":
+                    gauges[sample.labels["verdict"]] = sample.value
+                if sample.labels.get("collection") == "tenders" and sample.name.endswith("_behind_seconds"):
+                    gauges["behind"] = sample.value
+        return line, gauges
 
     def close(self) -> None:
         for follower in self.followers:
@@ -296,6 +314,11 @@ def test_a_sequencer_whose_writes_fail_turns_the_commit_feed_at_risk_and_back(
     struck(follower, ("update",), 91, feed=commit_feed)
     body = turns_bad_in_time(commit_feed, commit_feed.patch())
     assert "is the sequencer running" in body["reason"], body
+    # the metrics and the monitor say the same
+    line, gauges = commit_feed.instruments()
+    assert "tenders at-risk (a public write has waited" in line or "tenders at-risk (no sequencer" in line, line
+    assert gauges["at-risk"] == 1 and gauges["ok"] == 0, gauges
+    assert gauges.get("behind", 0) >= THRESHOLD or "no sequencer" in line, gauges
     hold(commit_feed, armed)
     failures = follower.failed(("update",), 91)
     fail.clear()
@@ -375,6 +398,9 @@ def test_a_stopped_observer_turns_the_watermark_feed_unknown_and_back(watermark_
         assert time.monotonic() < deadline, "the process did not stop"
         time.sleep(0.01)
     turns_bad_in_time(watermark_feed, watermark_feed.patch())
+    line, gauges = watermark_feed.instruments()
+    assert line.startswith("unknown: ") and "tenders unknown (a public write has waited" in line, line
+    assert gauges["unknown"] == 1 and gauges["ok"] == 0, gauges
     hold(watermark_feed, stopped)
     follower.process.send_signal(signal.SIGCONT)
     measured(watermark_feed)  # the writes made while it was stopped
