@@ -134,7 +134,7 @@ def _feed_now(request: Request) -> datetime:
 def _start_embedded(settings: FeedSettings) -> Any:
     from .embedded.server import EmbeddedServer
 
-    return EmbeddedServer(storage_path=settings.embedded_path).start()
+    return EmbeddedServer(storage_path=settings.embedded_path, extra_args=settings.embedded_args).start()
 
 
 def _create_store(registry: Any) -> None:

@@ -48,6 +48,8 @@ UPSTREAM_READ_PREFERENCES = {
 READ_CONCERNS = ("local", "available", "majority", "linearizable", "snapshot")
 EMBEDDED_SCHEME = "embedded://"
 ROUTE_PREFIX_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*$")
+#: The embedded server's cache: megabytes or gigabytes, ``64M``, ``1G``.
+CACHE_SIZE_RE = re.compile(r"^([1-9][0-9]{0,5})([MG])$", re.IGNORECASE)
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -107,6 +109,13 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "openapi": Setting("feed.openapi", "FEED_OPENAPI", "true"),
         "timezone": Setting("feed.timezone", "FEED_TIMEZONE", "Europe/Kyiv"),
         "reconcile_aggregates": Setting("feed.reconcile_aggregates", "FEED_RECONCILE_AGGREGATES", "true"),
+        "embedded_oplog_max_entries": Setting(
+            "mongodb.embedded_oplog_max_entries", "MONGODB_EMBEDDED_OPLOG_MAX_ENTRIES", "20000"
+        ),
+        "embedded_oplog_retention_seconds": Setting(
+            "mongodb.embedded_oplog_retention_seconds", "MONGODB_EMBEDDED_OPLOG_RETENTION_SECONDS", "3600"
+        ),
+        "embedded_cache_size": Setting("mongodb.embedded_cache_size", "MONGODB_EMBEDDED_CACHE_SIZE", "64M"),
         "reconcile_frame_size_limit": Setting(
             "feed.reconcile_frame_size_limit", "FEED_RECONCILE_FRAME_SIZE_LIMIT", "500000"
         ),
@@ -179,6 +188,11 @@ class FeedSettings:
     reconcile_aggregates: bool = True
     #: the largest reconcile message the endpoint reads or answers (bytes)
     reconcile_frame_size_limit: int = 500_000
+    #: the bounds of the embedded server (``embedded://`` only): its oplog's
+    #: entries and age, and its storage engine's cache
+    embedded_oplog_max_entries: int = 20_000
+    embedded_oplog_retention_seconds: float = 3600.0
+    embedded_cache_size: str = "64M"
 
     @property
     def embedded(self) -> bool:
@@ -191,6 +205,18 @@ class FeedSettings:
         if not self.embedded:
             return None
         return self.uri[len(EMBEDDED_SCHEME) :] or None
+
+    @property
+    def embedded_args(self) -> tuple[str, ...]:
+        """The ``secantusd-py`` flags of the embedded server's bounds."""
+        return (
+            "--oplog-max-entries",
+            str(self.embedded_oplog_max_entries),
+            "--oplog-retention-seconds",
+            f"{self.embedded_oplog_retention_seconds:g}",
+            "--cache-size",
+            self.embedded_cache_size,
+        )
 
     def collection_name(self, name: str) -> str:
         """The collection that stores the documents of feed ``name``."""
@@ -403,6 +429,16 @@ def parse_non_negative_seconds(where: str, value: str, allowed: str = "expected 
     return seconds
 
 
+def parse_cache_size(where: str, value: str) -> str:
+    """A storage engine cache size: whole megabytes or gigabytes (``64M``,
+    ``1G``), at least 16 MB."""
+    match = CACHE_SIZE_RE.match(value)
+    megabytes = 0 if match is None else int(match.group(1)) * (1024 if match.group(2).upper() == "G" else 1)
+    if match is None or megabytes < 16:
+        raise _fail(where, value, "expected megabytes or gigabytes such as 64M or 1G, at least 16M")
+    return value.upper()
+
+
 def parse_max_waiters(where: str, value: str) -> int | None:
     """``auto`` (None: derived from the server's threads) or an integer >= 0
     (0: every long-poll request is answered at once)."""
@@ -542,4 +578,7 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         timezone=parse_timezone(*raw("timezone")),
         reconcile_aggregates=parse_bool(*raw("reconcile_aggregates")),
         reconcile_frame_size_limit=parse_frame_size_limit(*raw("reconcile_frame_size_limit")),
+        embedded_oplog_max_entries=parse_positive_int(*raw("embedded_oplog_max_entries")),
+        embedded_oplog_retention_seconds=parse_positive_seconds(*raw("embedded_oplog_retention_seconds")),
+        embedded_cache_size=parse_cache_size(*raw("embedded_cache_size")),
     )
