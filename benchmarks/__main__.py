@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="report (and --plot) the results saved in FILE instead of running (repeatable)",
     )
     reconcile_client.add_argument(
+        "--reconcile-no-aggregates",
+        action="store_true",
+        help="serve the feed with feed.reconcile_aggregates = false (every round reads the feed's records; "
+        "the client's figures are the same, and the run does not wait for the aggregates' build)",
+    )
+    reconcile_client.add_argument(
         "--no-scenario",
         action="store_true",
         help="only the cost table: leave out verify / --repair / verify on each order",
@@ -356,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot=args.plot,
             save=args.reconcile_save,
             load=args.reconcile_load,
+            aggregates=not args.reconcile_no_aggregates,
         )
         return 0
     if args.part == "restricted":

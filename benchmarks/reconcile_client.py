@@ -141,7 +141,7 @@ def seed_public_tenders(collection: Any, count: int, seed: int = 1) -> dict[str,
 
 
 @contextlib.contextmanager
-def served_feed(order: str, tenders: int, folder: Path) -> Iterator[Served]:
+def served_feed(order: str, tenders: int, folder: Path, aggregates: bool = True) -> Iterator[Served]:
     """The demo app in ``order`` on a fresh database, then ``tenders``
     tenders inserted behind its back (its follower builds the aggregates
     from the change stream, as it keeps them day to day), once its reconcile
@@ -156,6 +156,7 @@ def served_feed(order: str, tenders: int, folder: Path) -> Iterator[Served]:
             "feed.order": order,
             "feed.sequencer": "thread",
             "demo.write_delay_ms": "0",
+            "feed.reconcile_aggregates": "true" if aggregates else "false",
         }
         server = DemoServer(settings, threads=8).start()
         try:
@@ -482,12 +483,18 @@ def run(
     plot: str | None = None,
     save: str | None = None,
     load: Sequence[str] = (),
+    aggregates: bool = True,
 ) -> list[CostRow]:
     """Print the cost table and the scenario's result for each order (and
     draw the figure into ``plot``). ``save``: also append each order's
     results to that file as soon as the order is done (so that the orders
     can run in two processes side by side); ``load``: report and draw the
-    results saved in those files instead of running."""
+    results saved in those files instead of running. ``aggregates=False``
+    serves the feed without the follower's aggregates (the endpoint reads
+    the feed's records for every round): the messages, and so every figure
+    of the client, are the same byte for byte (they follow from the two
+    sets, not from how the server finds them), and the run does not wait
+    for the aggregates' build."""
     rows: list[CostRow] = []
     runs: list[dict[str, Any]] = []
     if load:
@@ -496,7 +503,7 @@ def run(
         with tempfile.TemporaryDirectory(prefix="reconcile-client-bench-") as name:
             folder = Path(name)
             for order in orders:
-                with served_feed(order, tenders, folder) as feed:
+                with served_feed(order, tenders, folder, aggregates) as feed:
                     feed.full_crawl = full_crawl_bytes(feed)
                     status(f"reconcile client, {order}: a full crawl at limit={CRAWL_LIMIT} reads {feed.full_crawl} B")
                     order_rows = cost_rows(feed, differences)
