@@ -455,3 +455,50 @@ def test_an_observer_that_cannot_resume_says_so_in_health(watermark_feed: Feed, 
     count = body["lag_ms"]["count"]
     watermark_feed.patch(1)
     watermark_feed.wait(lambda feed: feed["lag_ms"]["count"] > count, "a later write measured")
+
+
+def test_writes_of_the_checkpoints_own_second_are_judged_by_their_entries(
+    mongo_client: MongoClient[Any], db_name: str
+) -> None:
+    """A write stamped within the checkpoint's second may be covered or not:
+    its entry tells; one stamped after that second is not covered."""
+    from bson.timestamp import Timestamp
+
+    from openprocurement_feed.operations.coverage import oldest_uncovered
+    from openprocurement_feed.store.orders import COMMITTED_TS, PUBLIC_MODIFIED, positions_name
+
+    db = mongo_client[db_name]
+    second = 1_800_000_000
+    checkpoint = Timestamp(second, 5)
+    db.tenders.insert_many(
+        [
+            {"_id": "covered", "is_public": True, PUBLIC_MODIFIED: second + 0.2},
+            {"_id": "older-entry", "is_public": True, PUBLIC_MODIFIED: second + 0.6},
+            {"_id": "no-entry", "is_public": True, PUBLIC_MODIFIED: second + 0.8},
+            {"_id": "private", "is_public": False, PUBLIC_MODIFIED: second + 0.1},
+        ]
+    )
+    db[positions_name("tenders")].insert_many(
+        [
+            {"_id": "covered", COMMITTED_TS: Timestamp(second, 3), PUBLIC_MODIFIED: second + 0.2},
+            {"_id": "older-entry", COMMITTED_TS: Timestamp(second - 4, 1), PUBLIC_MODIFIED: second - 4.5},
+        ]
+    )
+    later = second + 30.0
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 0.6
+    db[positions_name("tenders")].update_one(
+        {"_id": "older-entry"}, {"$set": {COMMITTED_TS: Timestamp(second, 4), PUBLIC_MODIFIED: second + 0.6}}
+    )
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 0.8
+    db[positions_name("tenders")].insert_one(
+        {"_id": "no-entry", COMMITTED_TS: Timestamp(second + 1, 1), PUBLIC_MODIFIED: second + 0.8}
+    )
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 0.8, "its entry is past the checkpoint"
+    db[positions_name("tenders")].update_one({"_id": "no-entry"}, {"$set": {COMMITTED_TS: Timestamp(second, 5)}})
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) is None
+    db.tenders.insert_one({"_id": "after", "is_public": True, PUBLIC_MODIFIED: second + 1.5})
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 1.5
+    # the checkpoint's second too recent to have waited the threshold: its entries are not read
+    db.tenders.update_one({"_id": "covered"}, {"$set": {PUBLIC_MODIFIED: second + 0.3}})
+    assert oldest_uncovered(db, "tenders", checkpoint, second + 1.0, 2.0) == second + 1.5
+    assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 0.3
