@@ -110,6 +110,10 @@ def test_the_metrics_path_serves_the_named_metrics(app: Any) -> None:
         "openprocurement_feed_longpoll_over_cap": "counter",
         "openprocurement_feed_verdict": "gauge",
         "openprocurement_feed_metrics_errors": "counter",
+        "openprocurement_feed_reconcile_sessions": "counter",
+        "openprocurement_feed_reconcile_rounds": "counter",
+        "openprocurement_feed_reconcile_bytes": "counter",
+        "openprocurement_feed_reconcile_differences": "counter",
     }
     assert "openprocurement_feed_pages_total{" in response.text
 
