@@ -39,9 +39,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from pymongo import InsertOne, ReplaceOne, UpdateOne
+from pymongo import InsertOne, ReplaceOne, ReturnDocument, UpdateOne
 from pymongo.collection import Collection
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -236,18 +236,29 @@ class AggregateKeeper:
         if now < self.lease_until - LEASE_SECONDS * 2 / 3:
             return True
         self._ensure_index()
+        # One update by _id alone (a residual predicate beside _id makes the
+        # embedded server scan the collection): the lease is taken when it
+        # is this keeper's or has lapsed, and the answer says whose it is.
         mine = {"$eq": ["$owner", self.owner]}
-        lapsed = {"$lt": [{"$ifNull": ["$lease", datetime(1970, 1, 1)]}, "$$NOW"]}
-        try:
-            result = self.records.update_one(
-                {"_id": STATE_ID, "$expr": {"$or": [mine, lapsed]}},
-                [{"$set": {"owner": self.owner, "lease": {"$add": ["$$NOW", int(LEASE_SECONDS * 1000)]}}}],
-                upsert=True,
-            )
-        except DuplicateKeyError:
-            self.lease_until = 0.0
-            return False
-        held = result.matched_count > 0 or result.upserted_id is not None
+        now_ms = {"$toLong": "$$NOW"}
+        lapsed = {"$lt": [{"$ifNull": ["$lease", 0]}, now_ms]}
+        ours = {"$or": [mine, lapsed]}
+        renewed = {"$add": [now_ms, int(LEASE_SECONDS * 1000)]}  # ms since the epoch
+        state = self.records.find_one_and_update(
+            {"_id": STATE_ID},
+            [
+                {
+                    "$set": {
+                        "owner": {"$cond": [ours, self.owner, "$owner"]},
+                        "lease": {"$cond": [ours, renewed, "$lease"]},
+                    }
+                }
+            ],
+            projection={"owner": 1},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        held = state is not None and state.get("owner") == self.owner
         if not held:
             self.lease_until = 0.0
             return False

@@ -353,8 +353,10 @@ class ReconcileSource:
     def keeper_alive(self) -> bool:
         """Whether a keeper holds the lease (it writes while it runs)."""
         state = self._read_state()
-        lease = state.get("lease")
-        return isinstance(lease, datetime) and _micros(lease) + int(KEEPER_ALIVE_SECONDS * 1e6) > self._now_us
+        lease = state.get("lease")  # ms since the epoch, by the database's clock
+        if isinstance(lease, datetime):
+            lease = _micros(lease) // 1000
+        return isinstance(lease, int) and (lease + int(KEEPER_ALIVE_SECONDS * 1000)) * 1000 > self._now_us
 
     def horizon(self) -> Horizon:
         """The ``until`` a client reconciles below: the feed's bound, or the
