@@ -62,9 +62,18 @@ def published_figures(db: Database[Any], collection: str) -> tuple[dict[str, Any
 
 def read_checkpoint(db: Database[Any], collection: str) -> Timestamp | None:
     """The published checkpoint of a commit-ordered collection, if any."""
-    state = db[positions_name(collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1}) or {}
-    checkpoint = state.get("checkpoint")
-    return checkpoint if isinstance(checkpoint, Timestamp) else None
+    return checkpoint_state(db, collection)[0]
+
+
+def checkpoint_state(db: Database[Any], collection: str) -> tuple[Timestamp | None, float | None]:
+    """The published checkpoint of a commit-ordered collection, if any, and
+    when it was last published (the database's clock, seconds)."""
+    state = db[positions_name(collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1, "published": 1}) or {}
+    checkpoint, published = state.get("checkpoint"), state.get("published")
+    return (
+        checkpoint if isinstance(checkpoint, Timestamp) else None,
+        epoch(published) if isinstance(published, datetime) else None,
+    )
 
 
 def _stamp(doc: Any) -> float | None:

@@ -47,7 +47,15 @@ from pyramid.request import Request
 from ..commit.lag import HEALTH_COLLECTION, LagWindow, event_lag
 from ..commit.lag import Publisher as Publisher
 from ..store.orders import COMMIT
-from .coverage import database_now, epoch, oldest_uncovered, oldest_unseen, published_figures, read_checkpoint
+from .coverage import (
+    checkpoint_state,
+    database_now,
+    epoch,
+    oldest_uncovered,
+    oldest_unseen,
+    published_figures,
+    read_checkpoint,
+)
 from .figures import VERDICTS, FeedFigures
 
 log = logging.getLogger("openprocurement_feed.health")  # its name from before the package had subpackages
@@ -175,7 +183,7 @@ def _stale_reason(what: str, age: float | None) -> str:
 def _commit_verdict(
     db: Database[Any], feed: Any, threshold: float, body: dict[str, Any], now: float
 ) -> tuple[str, str]:
-    checkpoint = read_checkpoint(db, feed.collection)
+    checkpoint, published = checkpoint_state(db, feed.collection)
     if checkpoint is None:
         return "unknown", "no checkpoint yet: " + HOW_TO_WATCH
     oldest = oldest_uncovered(db, feed.collection, checkpoint, now, threshold)
@@ -191,7 +199,10 @@ def _commit_verdict(
             "crawlers do not see it; is the sequencer running?"
         )
     watcher = body["watcher"]
-    if not watcher["running"]:
+    # a checkpoint just published is a sign of life too (a first start
+    # publishes it before its first figures)
+    alive = published is not None and now - published <= STALE_AFTER
+    if not watcher["running"] and not alive:
         return "at-risk", (
             _stale_reason("sequencer", watcher["age_seconds"])
             + ": a write now would not reach the feed; is the sequencer running?"
