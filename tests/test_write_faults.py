@@ -412,3 +412,50 @@ def test_the_openapi_document_names_the_key_and_the_fault_answers(demo: tuple[An
     assert "Idempotent-Replayed" in create["responses"]["201"]["headers"]
     assert "outcome_unknown" in create["responses"]["504"]["description"]
     assert "not_saved" in create["responses"]["503"]["description"]
+
+
+@pytest.fixture
+def demo_url(fault_uri: str, observer: MongoClient[Any]) -> Iterator[tuple[str, Any]]:
+    """The demo API on the fault server, served over HTTP on loopback, and
+    its database as the observer sees it."""
+    from webtest.http import StopableWSGIServer
+
+    name = f"faults_{uuid.uuid4().hex[:10]}"
+    settings = make_settings(fault_uri, name, mongodb_server_selection_timeout_ms="1500")
+    app = main({}, **settings)
+    server = StopableWSGIServer.create(app, host="127.0.0.1")
+    try:
+        yield server.application_url.rstrip("/") + "/api/2.5", observer[name]
+    finally:
+        server.shutdown()
+        shutdown(app.registry)
+        observer.drop_database(name)
+
+
+def test_sample_creates_are_retried_through_an_election_and_never_doubled(demo_url: tuple[str, Any], arm: Arm) -> None:
+    from openprocurement_feed.demo.load import create_objects, create_session
+
+    url, db = demo_url
+    session = create_session()
+    retried: list[int | None] = []
+    # urllib3 keeps the attempts it retried on the final response
+    session.hooks["response"].append(
+        lambda response, **_: retried.extend(h.status for h in response.raw.retries.history)
+    )
+    arm(["insert"], mode={"times": 2}, errorCode=91, errorLabels=["RetryableWriteError"])
+    ids = create_objects(url, "tenders", 3, seed=1, session=session)
+    # the fault struck: creates answered 503 (the fail point twice, then the
+    # client's server selection after the state-change error) and were sent again
+    assert retried.count(503) >= 2, retried
+    assert len(ids) == len(set(ids)) == 3
+    assert db.tenders.count_documents({}) == 3
+
+
+def test_a_sample_create_that_keeps_failing_is_a_clear_error(demo_url: tuple[str, Any], arm: Arm) -> None:
+    from openprocurement_feed.demo.load import CreateFailed, create_objects, create_session
+
+    url, db = demo_url
+    arm(["insert"], mode="alwaysOn", errorCode=91, errorLabels=["RetryableWriteError"])
+    with pytest.raises(CreateFailed, match=r"creating a sample tender failed: HTTP 503"):
+        create_objects(url, "tenders", 1, seed=1, session=create_session(retries=1))
+    assert db.tenders.count_documents({}) == 0

@@ -251,7 +251,7 @@ def access_lines(server: Any, api: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo.load import Access
+    from ..demo.load import Access, CreateFailed
     from ..demo.server import DemoServer
 
     stop = threading.Event()
@@ -293,7 +293,14 @@ def run(args: argparse.Namespace) -> int:
         print("Seeding tenders, plans and contracts...", file=sys.stderr, flush=True)
         seeding = time.monotonic()
         access = Access(server.writer_key)
-        targets = seed(server, args, stop, access)
+        try:
+            targets = seed(server, args, stop, access)
+        except CreateFailed as error:
+            # the database stayed unavailable through every retry: say so,
+            # stop cleanly (no traceback), and leave nothing half-running
+            print(f"Seeding stopped: {error}", file=sys.stderr, flush=True)
+            stop.set()
+            targets = []
         kinds = Counter(kind for kind, _ in targets)
         print(
             f"Seeded: {kinds['tenders']} tenders, {kinds['plans']} plans, "

@@ -16,11 +16,14 @@ import math
 import random
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from . import documents
 
@@ -126,7 +129,7 @@ def create_tenders(
     ids (and their tokens in ``access``)."""
     # bandit B311: sample documents, not secrets
     rng = random.Random(seed)  # nosec B311
-    http = session or requests.Session()
+    http = session or create_session()
     access = access or Access()
     ids = []
     for _ in range(count):
@@ -139,6 +142,36 @@ def create_tenders(
         response.raise_for_status()
         ids.append(access.created(response.json()))
     return ids
+
+
+#: How often a create is sent again after a 503 (the database is busy or
+#: electing), a 409 (its key's first create is still in progress) or a
+#: dropped connection: with its ``Idempotency-Key`` a retry never makes a
+#: second object.
+CREATE_RETRIES = 8
+
+
+def create_session(retries: int = CREATE_RETRIES) -> requests.Session:
+    """A session whose POSTs are retried (``retries`` times, with backoff,
+    honouring ``Retry-After``) on 503, 409 and dropped connections."""
+    retry = Retry(
+        total=retries,
+        backoff_factor=0.2,
+        backoff_max=5,
+        status_forcelist=(409, 503),
+        allowed_methods=frozenset({"POST"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class CreateFailed(RuntimeError):
+    """A sample object could not be created: its status and the API's words."""
 
 
 def create_objects(
@@ -156,12 +189,14 @@ def create_objects(
 
     Contracts refer to a tender of ``tender_ids`` when some are given. When
     ``stop`` is set, the objects created so far are returned. The tokens go
-    to ``access``.
+    to ``access``. Each create carries an ``Idempotency-Key`` and is retried
+    on 503, 409 and dropped connections (:func:`create_session`); one that
+    still fails raises :class:`CreateFailed`.
     """
     # bandit B311: sample documents, not secrets
     rng = random.Random(seed)  # nosec B311
     generate = documents.GENERATORS[resource]
-    http = session or requests.Session()
+    http = session or create_session()
     access = access or Access()
     ids = []
     for _ in range(count):
@@ -171,8 +206,15 @@ def create_objects(
             data = documents.contract(rng, tender_id=rng.choice(list(tender_ids)))
         else:
             data = generate(rng)
-        response = http.post(f"{base_url}/{resource}", json={"data": data}, headers=access.headers(), timeout=60)
-        response.raise_for_status()
+        headers = {**access.headers(), "Idempotency-Key": uuid.uuid4().hex}
+        try:
+            response = http.post(f"{base_url}/{resource}", json={"data": data}, headers=headers, timeout=60)
+        except requests.RequestException as error:
+            raise CreateFailed(f"creating a sample {resource[:-1]} failed: {error}") from None
+        if response.status_code >= 400:
+            raise CreateFailed(
+                f"creating a sample {resource[:-1]} failed: HTTP {response.status_code} {response.text[:300]}"
+            )
         ids.append(access.created(response.json()))
     return ids
 
