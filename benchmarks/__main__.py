@@ -307,6 +307,13 @@ def add_soak_options(parser: argparse.ArgumentParser) -> None:
     )
     soak.add_argument("--workdir", type=Path, default=None, help="soak: keep the logs and samples here")
     soak.add_argument("--keep", action="store_true", help="soak: keep the temporary folder")
+    soak.add_argument(
+        "--from-samples",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="soak: judge and draw an earlier run's samples.jsonl instead of running",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

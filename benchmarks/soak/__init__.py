@@ -42,7 +42,7 @@ from openprocurement_feed.demo.idempotency import KEYS
 from openprocurement_feed.store.orders import positions_name
 
 from ..common import percentile
-from .figures import Sample, judge
+from .figures import Sample, Verdict, judge
 from .load import Acks, start_writers, stop_writers
 from .probes import OPLOG, AccessLog, CrawlerOutput, HealthWatch, published_lag, read_database, read_process
 from .report import print_minute, print_verdicts
@@ -272,16 +272,6 @@ class Soak:
         )
         return rows
 
-    def database_from(self) -> float | None:
-        """The first minute at which the oplog had reached its bound (90 %
-        of its entries, or its retention passed), None if it never did."""
-        bound = 0.9 * self.options.oplog_max_entries
-        for sample in self.samples:
-            entries = sample.collections.get(OPLOG, (0, 0))[0]
-            if entries >= bound or sample.minute * 60 >= self.options.oplog_retention_seconds:
-                return float(max(sample.minute, self.options.warm_up))
-        return None
-
     def close(self) -> None:
         for follower in [*self.crawlers.values(), self.access]:
             follower.stopping.set()
@@ -302,6 +292,8 @@ def run(options: Any) -> int:
         except ValueError as error:
             say(f"--plot: {error}")
             return 2
+    if options.from_samples is not None:
+        return replay(options)
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="feed-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"files and logs in {workdir}")
@@ -334,6 +326,50 @@ def run(options: Any) -> int:
     return summarize(soak, rows, workdir)
 
 
+def replay(options: Any) -> int:
+    """``--from-samples FILE``: the verdicts and the figure of an earlier
+    run's samples (its loss and 5xx checks are in its own output)."""
+    with open(options.from_samples, encoding="utf-8") as lines:
+        samples = [Sample.from_json(json.loads(line)) for line in lines if line.strip()]
+    if not samples:
+        say(f"no sample in {options.from_samples}")
+        return 1
+    verdicts = judge_samples(samples, options)
+    passed = print_verdicts(verdicts, [])
+    if options.plot:
+        from .plot import plot_soak
+
+        say(f"the figure is in {plot_soak(samples, options.warm_up, options.plot, figure_note(samples))}")
+    return 0 if passed else 1
+
+
+def figure_note(samples: list[Sample], interrupted: bool = False) -> str:
+    """The figure title's tail: the rate reached and the machine's load."""
+    minutes = samples[-1].minute
+    rate = samples[-1].changes / (minutes * 60) if minutes else 0.0
+    loads = sorted(sample.load for sample in samples if sample.load is not None)
+    load = f", machine load {loads[len(loads) // 2]:.0f} (median; 2 cores)" if loads else ""
+    return f" at {rate:.0f} changes/s{load}" + (" (interrupted)" if interrupted else "")
+
+
+def database_from(samples: list[Sample], options: Any) -> float | None:
+    """The first minute at which the oplog had reached its bound (90 %
+    of its entries, or its retention passed), None if it never did."""
+    bound = 0.9 * options.oplog_max_entries
+    for sample in samples:
+        entries = sample.collections.get(OPLOG, (0, 0))[0]
+        if entries >= bound or sample.minute * 60 >= options.oplog_retention_seconds:
+            return float(max(sample.minute, options.warm_up))
+    return None
+
+
+def judge_samples(samples: list[Sample], options: Any) -> list[Verdict]:
+    """Every verdict on ``samples`` (the soak's own process is not judged)."""
+    judged = [role for role in samples[-1].processes if role != "soak"]
+    objects = object_collections({name for sample in samples for name in sample.collections})
+    return judge(samples, options.warm_up, database_from(samples, options), objects, judged, options.oplog_max_entries)
+
+
 def object_collections(names: set[str]) -> set[str]:
     """The collections that grow with the objects: every feed collection
     (one with a positions collection beside it), its positions, and the
@@ -360,15 +396,12 @@ def summarize(soak: Soak, rows: list[tuple[str, str, bool]], workdir: Path) -> i
         f"{minutes:.1f} minutes, {changes:,} changes ({rate:.1f}/s of the {options.rate:g}/s asked), "
         f"{samples[-1].creates:,} creates; a machine shared with other work: read the rates and delays with that"
     )
-    database_from = soak.database_from()
-    judged = [role for role in samples[-1].processes if role != "soak"]
-    objects = object_collections({name for sample in samples for name in sample.collections})
-    verdicts = judge(samples, options.warm_up, database_from, objects, judged, options.oplog_max_entries)
+    verdicts = judge_samples(samples, options)
     passed = print_verdicts(verdicts, rows)
     if options.plot:
         from .plot import plot_soak
 
-        note = " (interrupted)" if soak.interrupted else ""
+        note = figure_note(samples, soak.interrupted)
         say(f"the figure is in {plot_soak(samples, options.warm_up, options.plot, note)}")
     say(f"samples (JSON lines) in {workdir / 'samples.jsonl'}")
     say("PASSED: the steady state holds" if passed and rows else "FAILED or incomplete: see the table")

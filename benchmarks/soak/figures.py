@@ -50,6 +50,15 @@ class Sample:
     #: the machine's load average over the last minute (other work included)
     load: float | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Sample:
+        """A sample from a line of ``samples.jsonl`` (:meth:`as_json`)."""
+        fields = dict(data)
+        fields["processes"] = {role: (float(rss), int(fds)) for role, (rss, fds) in data["processes"].items()}
+        fields["collections"] = {name: (int(d), int(b)) for name, (d, b) in data["collections"].items()}
+        fields["errors"] = {int(status): count for status, count in data.get("errors", {}).items()}
+        return cls(**fields)
+
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["errors"] = {str(status): count for status, count in self.errors.items()}

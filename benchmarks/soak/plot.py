@@ -16,6 +16,8 @@ def plot_soak(samples: Sequence[Sample], warm_up: float, path: str, note: str = 
     plt = pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex=True)
     (rss, fds), (sizes, timing) = axes
+    for axis in (rss, fds, sizes):
+        axis.set_prop_cycle(color=plt.get_cmap("tab20").colors)
     roles = list(dict.fromkeys(role for sample in samples for role in sample.processes))
     for role in roles:
         points = series(samples, rss_of(role))
