@@ -243,6 +243,11 @@ def test_the_aggregates_answer_as_the_records_of_the_feed_do(app: App) -> None:
             bound = Bound(item.timestamp, item.id[: rng.randrange(33)])
             assert storage.find_lower_bound(0, size, bound) == expected.find_lower_bound(0, size, bound)
         assert storage.find_lower_bound(0, size, Bound(2**64 - 1)) == size
+    # the patched objects moved to the head: the buckets they left, emptied,
+    # are gone (the collection grows with the objects, not with the changes)
+    records = store.db[reconcile_name("tenders")]
+    assert records.count_documents({"lv": {"$gt": 0}, "n": 0}) == 0
+    assert records.count_documents({"lv": {"$gt": 0}, "n": {"$lt": 0}}) == 0
 
 
 def test_without_aggregates_the_records_come_from_the_feed(settings: dict[str, str]) -> None:

@@ -54,6 +54,7 @@ from ..store.buckets import (
     Record,
     add_delta,
     delta_updates,
+    emptied_buckets,
     reconcile_name,
     record_of,
     stored_record,
@@ -343,11 +344,20 @@ class AggregateKeeper:
                 operations.append(UpdateOne({"_id": STATE_ID}, [{"$set": dict(state)}], upsert=True))
             if operations:
                 self.records.bulk_write(operations, ordered=False, session=session)
+            emptied = emptied_buckets(deltas)
+            if emptied:
+                # a bucket whose last record left it is removed: the
+                # collection grows with the objects, not with the changes
+                query = {"_id": emptied[0]} if len(emptied) == 1 else {"_id": {"$in": emptied}}
+                self.records.delete_many({**query, "n": 0}, session=session)
             self.stats.records += records
             self.stats.buckets += len(buckets)
 
-        with self.client.start_session() as session:
-            session.with_transaction(write)
+        # one attempt, not with_transaction's two minutes of retries: the
+        # follower's next batch waits for this one, and a failed attempt is
+        # caught up from the documents on a later batch (:meth:`handle`)
+        with self.client.start_session() as session, session.start_transaction():
+            write(session)
         self.stats.batches += 1
 
     def _old_records(self, ids: Sequence[str], session: Any) -> dict[str, Record]:

@@ -226,6 +226,13 @@ def delta_updates(deltas: Delta) -> Iterator[tuple[dict[str, Any], dict[str, Any
         )
 
 
+def emptied_buckets(deltas: Delta) -> list[str]:
+    """The ids of the buckets a batch took records out of (a negative count
+    delta): those that may be empty now, which the keeper deletes when they
+    are (a bucket of count 0 also sums to 0)."""
+    return [bucket_id(view, level, slot) for (view, level, slot), values in deltas.items() if values[0] < 0]
+
+
 # -- reading --------------------------------------------------------------
 
 
