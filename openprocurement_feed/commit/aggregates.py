@@ -73,8 +73,12 @@ CATCH_UP_MARGIN_SECONDS = 60.0
 READ_CHUNK = 100
 #: Documents of a build or a catch-up handled with each batch.
 SCAN_CHUNK = 500
-#: Seconds between two writes of the state when nothing changed.
-IDLE_STATE_SECONDS = 1.0
+#: Seconds the changes of consecutive batches are coalesced before one
+#: write (a head bucket is written once per interval, not once per batch;
+#: the aggregates' complete point lags by as much).
+APPLY_SECONDS = 1.0
+#: Records held before a write whatever the time.
+BUFFER_RECORDS = 2000
 
 
 def now_us() -> int:
@@ -135,6 +139,8 @@ class AggregateKeeper:
         self.built = False
         self.last_state = 0.0
         self.indexed = False
+        #: the changes of the batches since the last write (newest version each)
+        self.buffer: dict[str, Record] = {}
         #: a public document whose id is not 32 hex digits was seen: the
         #: feed cannot be reconciled (the state says so)
         self.foreign = False
@@ -156,40 +162,57 @@ class AggregateKeeper:
             self.stats.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
             self.behind = True
             self.scan = None
+            self.buffer.clear()
             self.lease_until = 0.0
             log.warning("Reconcile aggregates of %r: %s; catching up later", self.documents.name, self.stats.last_error)
 
     def _handle(self, events: Sequence[Mapping[str, Any]], caught_up: bool, restarts: int) -> None:
         began = time.monotonic()
         if not self._lease():
+            self.buffer.clear()
             return
         if restarts != self.restarts:
             self.restarts = restarts
             self.behind = True
         if self.behind and self.scan is None:
             self._start_scan()
-        changed = self._records_of_events(events)
+        changed = self.buffer
+        self._merge(changed, self._records_of_events(events).values())
+        scanned = False
         if self.scan is not None:
+            scanned = True
             for doc in self._scan_chunk():
                 record = record_of(doc, self.scope_fields)
                 if record is None and doc.get("is_public") is True:
                     self.foreign = True
-                current = changed.get(record.id) if record is not None else None
-                if record is not None and (current is None or record.version > current.version):
-                    changed[record.id] = record
+                if record is not None:
+                    self._merge(changed, (record,))
         finished = self.behind and self.scan is None
         if finished:
             self.behind = False
+        now = time.monotonic()
+        due = scanned or finished or len(changed) >= BUFFER_RECORDS or now - self.last_state >= APPLY_SECONDS
+        if not due:
+            return  # coalesced with the next batches (the state's point waits for them)
         state: dict[str, Any] = {"foreign": True} if self.foreign else {}
         if not self.behind:
             state["wall"] = {"$max": [{"$ifNull": ["$wall", 0]}, self._point(events, caught_up, began)]}
             if not self.built:
                 state["built"] = True
-        if changed or finished or (state and time.monotonic() - self.last_state >= IDLE_STATE_SECONDS):
+        if changed or finished or state:
             self._apply(changed, state)
+            changed.clear()
             self.last_state = time.monotonic()
             if state.get("built"):
                 self.built = True
+
+    @staticmethod
+    def _merge(changed: dict[str, Record], records: Iterable[Record]) -> None:
+        """Keep the newest version of each object."""
+        for record in records:
+            current = changed.get(record.id)
+            if current is None or record.version >= current.version:
+                changed[record.id] = record
 
     @staticmethod
     def _point(events: Sequence[Mapping[str, Any]], caught_up: bool, began: float) -> Any:
