@@ -45,11 +45,12 @@ def plot_reconcile_cost(rows: Sequence[CostPoint], tenders: int, path: str) -> s
         colour = COLOURS.get(order, "tab:gray")
         label = "commit order" if order == "commit" else f"{order} order"
         ks = [p[0] for p in points]
-        bytes_ax.plot(ks, [p[1] for p in points], "o-", color=colour, label=f"check, {label}")
+        marker, size = ("s", 9) if order == "watermark" else ("o", 5)  # the orders' points often coincide
+        bytes_ax.plot(ks, [p[1] for p in points], f"{marker}-", markersize=size, color=colour, label=f"check, {label}")
         bytes_ax.plot(
             ks, [p[3] for p in points], ".--", color=colour, label=f"and the stale / extra objects read again, {label}"
         )
-        rounds_ax.plot(ks, [p[2] for p in points], "o-", color=colour, label=label)
+        rounds_ax.plot(ks, [p[2] for p in points], f"{marker}-", markersize=size, color=colour, label=label)
     crawl = max((row.full_crawl for row in rows), default=0)
     if crawl:
         bytes_ax.axhline(crawl, color="tab:red", linestyle="-", label=f"full crawl of the items ({crawl / 1e6:.1f} MB)")
@@ -60,7 +61,7 @@ def plot_reconcile_cost(rows: Sequence[CostPoint], tenders: int, path: str) -> s
     bytes_ax.set_ylabel("bytes, both ways (log scale)")
     bytes_ax.set_title(f"bytes of a check, {tenders:,} tenders", fontsize=10)
     bytes_ax.grid(True, which="both", color="0.92")
-    bytes_ax.legend(fontsize=7, loc="lower right")
+    bytes_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     rounds_ax.set_xscale("log")
     rounds_ax.set_xlabel("differences k (log scale; k = 0 drawn at 0.5)")
     rounds_ax.set_ylabel("round trips")
