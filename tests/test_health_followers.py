@@ -62,10 +62,19 @@ WRITES_FAIL = {
 }
 
 
+#: Seconds the module's server keeps an idle transaction open: a follower
+#: killed or stopped inside its aggregates' transaction leaves it open, and
+#: ``secantusd-py``'s 60 s (its reads stalled behind it) outlast a test.
+LIFETIME = 2
+LAUNCHER = Path(__file__).resolve().parent.parent / "ops" / "secantusd_lifetime.py"
+
+
 @pytest.fixture(scope="module")
 def fault_uri() -> Iterator[str]:
-    """A server of this module's own that accepts ``configureFailPoint``."""
-    with EmbeddedServer(extra_args=("--enable-test-commands",)) as server:
+    """A server of this module's own that accepts ``configureFailPoint`` and
+    aborts a transaction left open for :data:`LIFETIME` seconds."""
+    launcher = (sys.executable, str(LAUNCHER), str(LIFETIME))
+    with EmbeddedServer(extra_args=("--enable-test-commands",), launcher=launcher) as server:
         yield server.uri
 
 
