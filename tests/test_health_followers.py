@@ -237,22 +237,34 @@ class Feed:
             client.close()
 
 
-@pytest.fixture
-def commit_feed(fault_uri: str, tmp_path: Path) -> Iterator[Feed]:
-    feed = Feed(fault_uri, tmp_path, "commit")
+def open_feed(fault_uri: str, tmp_path: Path, order: str) -> Iterator[Feed]:
+    """A :class:`Feed` of ``order``, closed after the test."""
+    feed = Feed(fault_uri, tmp_path, order)
     try:
         yield feed
     finally:
         feed.close()
+
+
+@pytest.fixture
+def commit_feed(fault_uri: str, tmp_path: Path) -> Iterator[Feed]:
+    yield from open_feed(fault_uri, tmp_path, "commit")
 
 
 @pytest.fixture
 def watermark_feed(fault_uri: str, tmp_path: Path) -> Iterator[Feed]:
-    feed = Feed(fault_uri, tmp_path, "watermark")
-    try:
-        yield feed
-    finally:
-        feed.close()
+    yield from open_feed(fault_uri, tmp_path, "watermark")
+
+
+def stop_follower(follower: Follower) -> float:
+    """SIGSTOP ``follower`` and wait until it is stopped; when it was sent."""
+    follower.process.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    deadline = stopped + 10
+    while follower.state() != "T":
+        assert time.monotonic() < deadline, "the process did not stop"
+        time.sleep(0.01)
+    return stopped
 
 
 def bad(order: str) -> Callable[[dict[str, Any]], bool]:
@@ -338,12 +350,7 @@ def test_a_sequencer_whose_writes_fail_turns_the_commit_feed_at_risk_and_back(
 def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(commit_feed: Feed) -> None:
     follower = commit_feed.follow()
     commit_feed.wait_ok()
-    follower.process.send_signal(signal.SIGSTOP)
-    stopped = time.monotonic()
-    deadline = stopped + 10
-    while follower.state() != "T":
-        assert time.monotonic() < deadline, "the process did not stop"
-        time.sleep(0.01)
+    stopped = stop_follower(follower)
     turns_bad_in_time(commit_feed, commit_feed.patch())
     hold(commit_feed, stopped)
     follower.process.send_signal(signal.SIGCONT)
@@ -400,12 +407,7 @@ def test_an_observer_whose_writes_fail_turns_the_watermark_feed_unknown_and_back
 def test_a_stopped_observer_turns_the_watermark_feed_unknown_and_back(watermark_feed: Feed) -> None:
     follower = watermark_feed.follow()
     watermark_feed.wait_ok()
-    follower.process.send_signal(signal.SIGSTOP)
-    stopped = time.monotonic()
-    deadline = stopped + 10
-    while follower.state() != "T":
-        assert time.monotonic() < deadline, "the process did not stop"
-        time.sleep(0.01)
+    stopped = stop_follower(follower)
     turns_bad_in_time(watermark_feed, watermark_feed.patch())
     line, gauges = watermark_feed.instruments()
     assert line.startswith("unknown: ") and "tenders unknown (a public write has waited" in line, line
