@@ -5,29 +5,38 @@ commit order's sequencer, or the watermark order's observer): the batch
 handler hands it each batch of change events (:meth:`AggregateKeeper.handle`)
 and it keeps the records and buckets of :mod:`~openprocurement_feed.store.buckets`
 beside the collection. A batch costs one read (the old records of the
-batch's objects, to subtract them from their buckets) and one transaction
-of upserts: the records, the buckets' ``$inc`` (coalesced: a batch of patches
-at the head touches each head bucket once) and the state. It never fails
-the follower: a database error is logged, and the keeper catches up from
-the documents changed since its last complete point on the next batch.
+batch's objects, to subtract them from their buckets; none for the
+objects whose records it wrote lately, kept in memory) and one transaction
+of upserts: the records, the buckets' ``$inc`` (coalesced over
+:data:`APPLY_SECONDS`: a stretch of patches at the head touches each head
+bucket once) and the state. Buckets a write emptied are deleted in a later
+write (:data:`SWEEP_SECONDS`, or the first quiet one). It never fails the
+follower: a database error is logged, and the keeper catches up from the
+documents changed since its last complete point on the next batch.
 
 **One keeper at a time.** Every follower of the collection may carry a
 keeper (a follower in each web process, a ``sequence`` process beside
 them); the one holding the state's lease writes, the others wait for it to
 lapse (:data:`LEASE_SECONDS`). A keeper that takes the lease over catches up
 first. The transaction makes two keepers that overlap safe anyway: each
-computes its deltas from the records it read in the transaction, and a
-concurrent change of the same record is a write conflict, retried.
+reads the state's owner in it and writes the state, so a keeper whose lease
+was taken over (a process stopped past its lease) finds another owner or
+conflicts with the new owner's write, and forgets what it kept in memory.
 
 **Complete up to.** The state's ``wall`` (µs, the database's clock) says up
 to when every committed change is in the aggregates; the storage uses them
 only for records below it (:mod:`~openprocurement_feed.store.reconcile`).
-On a first start (no state) the keeper *builds* them from the documents
-(every public one, in chunks between batches, forward only: a record
-already taken from a newer version stays); after a restart, an error or a
-lease taken over it *catches up*: the documents whose ``public_modified``
-is above its last complete point minus :data:`CATCH_UP_MARGIN_SECONDS`.
-Until the scan is done the state's ``wall`` stays where it was.
+On a first start (no state, or aggregates of another layout: the state's
+``built`` names the :data:`~openprocurement_feed.store.buckets.LAYOUT`) the
+keeper *builds* them from the documents: it empties the collection, then
+reads every public document, in chunks between batches (at most
+:data:`SCAN_SECONDS` of each batch), forward only (a record already taken
+from a newer version stays), writing the records and adding up the
+buckets in memory; the buckets are written once, at the end, and only then
+is the state ``built``. After a restart, an error or a lease taken over it
+*catches up*: the documents whose ``public_modified`` is above its last
+complete point minus :data:`CATCH_UP_MARGIN_SECONDS`. Until the scan is
+done the state's ``wall`` stays where it was.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -49,6 +59,7 @@ from ..store.buckets import (
     DATE_MODIFIED,
     INDEX_KEYS,
     INDEX_NAME,
+    LAYOUT,
     STATE_ID,
     Delta,
     Record,
@@ -71,14 +82,30 @@ CATCH_UP_MARGIN_SECONDS = 60.0
 #: Ids per read of old records (the embedded server's ``$in`` grows faster
 #: than its list).
 READ_CHUNK = 100
-#: Documents of a build or a catch-up handled with each batch.
+#: Documents of a build or a catch-up read and written at a time.
 SCAN_CHUNK = 500
+#: Seconds of a batch's turn a build or a catch-up may take (whole chunks:
+#: at least one): the follower's next batch waits for it.
+SCAN_SECONDS = 0.5
 #: Seconds the changes of consecutive batches are coalesced before one
 #: write (a head bucket is written once per interval, not once per batch;
 #: the aggregates' complete point lags by as much).
-APPLY_SECONDS = 1.0
+APPLY_SECONDS = 2.0
 #: Records held before a write whatever the time.
 BUFFER_RECORDS = 2000
+#: The records written last kept in memory (their old versions need no
+#: read when their objects change again).
+CACHE_RECORDS = 50_000
+#: Seconds between two deletions of the buckets writes emptied (also done
+#: by the first write of a quiet batch, and at :data:`SWEEP_BUCKETS`).
+SWEEP_SECONDS = 60.0
+SWEEP_BUCKETS = 5000
+#: Bucket upserts per write when a build's buckets are written.
+BUCKET_CHUNK = 1000
+
+
+class LeaseLost(PyMongoError):
+    """Another keeper holds the lease now (found in a write's transaction)."""
 
 
 def now_us() -> int:
@@ -106,6 +133,9 @@ class KeeperStats:
         self.scanned = 0
         self.errors = 0
         self.last_error = ""
+        #: old records read from the database (not found in memory)
+        self.reads = 0
+        self.swept = 0
 
 
 class AggregateKeeper:
@@ -141,6 +171,17 @@ class AggregateKeeper:
         self.indexed = False
         #: the changes of the batches since the last write (newest version each)
         self.buffer: dict[str, Record] = {}
+        #: the records this keeper wrote lately, as stored (valid while it
+        #: holds the lease without a break and no write failed)
+        self.cache: OrderedDict[str, Record] = OrderedDict()
+        #: a build in progress: the ids it wrote records for (any other id
+        #: has none: the build emptied the collection) and its buckets'
+        #: deltas, written at its end
+        self.build_ids: set[str] | None = None
+        self.build_deltas: Delta = {}
+        #: buckets that writes took records out of, deleted when empty
+        self.emptied: set[str] = set()
+        self.last_sweep = time.monotonic()
         #: a public document whose id is not 32 hex digits was seen: the
         #: feed cannot be reconciled (the state says so)
         self.foreign = False
@@ -161,15 +202,14 @@ class AggregateKeeper:
             self.stats.errors += 1
             self.stats.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
             self.behind = True
-            self.scan = None
-            self.buffer.clear()
             self.lease_until = 0.0
+            self._forget()
             log.warning("Reconcile aggregates of %r: %s; catching up later", self.documents.name, self.stats.last_error)
 
     def _handle(self, events: Sequence[Mapping[str, Any]], caught_up: bool, restarts: int) -> None:
         began = time.monotonic()
         if not self._lease():
-            self.buffer.clear()
+            self._forget()
             return
         if restarts != self.restarts:
             self.restarts = restarts
@@ -179,7 +219,9 @@ class AggregateKeeper:
         changed = self.buffer
         self._merge(changed, self._records_of_events(events).values())
         scanned = False
-        if self.scan is not None:
+        while self.scan is not None:
+            if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= SCAN_SECONDS):
+                break
             scanned = True
             for doc in self._scan_chunk():
                 record = record_of(doc, self.scope_fields)
@@ -187,6 +229,9 @@ class AggregateKeeper:
                     self.foreign = True
                 if record is not None:
                     self._merge(changed, (record,))
+            if len(changed) >= SCAN_CHUNK:
+                self._apply(changed, {})
+                changed.clear()
         finished = self.behind and self.scan is None
         if finished:
             self.behind = False
@@ -198,13 +243,15 @@ class AggregateKeeper:
         if not self.behind:
             state["wall"] = {"$max": [{"$ifNull": ["$wall", 0]}, self._point(events, caught_up, began)]}
             if not self.built:
-                state["built"] = True
-        if changed or finished or state:
-            self._apply(changed, state)
-            changed.clear()
-            self.last_state = time.monotonic()
-            if state.get("built"):
-                self.built = True
+                state["built"] = LAYOUT
+        sweep = self.emptied and (
+            (caught_up and not events) or len(self.emptied) >= SWEEP_BUCKETS or now - self.last_sweep >= SWEEP_SECONDS
+        )
+        self._apply(changed, state, sweep=bool(sweep))
+        changed.clear()
+        self.last_state = time.monotonic()
+        if state.get("built"):
+            self.built = True
 
     @staticmethod
     def _merge(changed: dict[str, Record], records: Iterable[Record]) -> None:
@@ -288,7 +335,7 @@ class AggregateKeeper:
             return False
         if self.lease_until == 0.0:
             self.behind = True  # taken over (or first held): catch up first
-            self.scan = None
+            self._forget()
         self.lease_until = now + LEASE_SECONDS
         return True
 
@@ -299,13 +346,30 @@ class AggregateKeeper:
 
     # -- scans -------------------------------------------------------------------
 
+    def _forget(self) -> None:
+        """Drop what this keeper holds in memory (after an error or a lease
+        lost: the database may differ from it now)."""
+        self.scan = None
+        self.buffer.clear()
+        self.cache.clear()
+        self.build_ids = None
+        self.build_deltas = {}
+        self.emptied.clear()
+
     def _start_scan(self) -> None:
         """A build (never built) or a catch-up from the last complete point."""
         state = self.records.find_one({"_id": STATE_ID}, {"built": 1, "wall": 1}) or {}
-        self.built = state.get("built") is True
+        self.built = state.get("built") == LAYOUT
         projection = {name: 1 for name in self.fields}
         wall = state.get("wall")
         if not self.built or not isinstance(wall, int):
+            # from an empty collection (a build broken off, or of another
+            # layout, left records and buckets that no longer add up)
+            self.records.update_one({"_id": STATE_ID}, {"$unset": {"built": "", "wall": ""}})
+            self.records.delete_many({"lv": {"$exists": True}})
+            self.cache.clear()
+            self.emptied.clear()
+            self.build_ids, self.build_deltas = set(), {}
             # in the collection's order: versions decide, not the order
             # (a sort would make the server gather every document first)
             cursor = self.documents.find({"is_public": True}, projection, batch_size=SCAN_CHUNK)
@@ -334,11 +398,21 @@ class AggregateKeeper:
 
     # -- the write ---------------------------------------------------------------
 
-    def _apply(self, changed: Mapping[str, Record], state: Mapping[str, Any]) -> None:
-        """One transaction: read the old records, write the changed ones,
-        their buckets' deltas and the state."""
+    def _apply(self, changed: Mapping[str, Record], state: Mapping[str, Any], sweep: bool = False) -> None:
+        """One transaction: check the lease, read the old records (those not
+        in memory), write the changed ones, their buckets' deltas (during a
+        build: added up in memory) and the state; a build's end writes its
+        buckets first."""
+        finishing = self.build_ids is not None and bool(state.get("built"))
+        if finishing:
+            self._write_buckets(self.build_deltas)
+        swept = sorted(self.emptied) if sweep else []
+        written: dict[str, Record] = {}
 
         def write(session: Any) -> None:
+            owner = (self.records.find_one({"_id": STATE_ID}, {"owner": 1}, session=session) or {}).get("owner")
+            if owner != self.owner:
+                raise LeaseLost(f"the lease is {owner!r}'s now")
             operations: list[Any] = []
             deltas: Delta = {}
             records = 0
@@ -350,6 +424,7 @@ class AggregateKeeper:
                 if record.same(before):
                     if before is not None and record.version > before.version:
                         operations.append(UpdateOne({"_id": object_id}, {"$set": {"v": record.version}}))
+                        written[object_id] = record
                     continue
                 if before is not None and before.shown:
                     add_delta(deltas, before, -1)
@@ -360,21 +435,30 @@ class AggregateKeeper:
                     operations.append(InsertOne(document))
                 else:
                     operations.append(ReplaceOne({"_id": object_id}, document))
+                written[object_id] = record
                 records += 1
-            buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
+            buckets: list[Any] = []
+            if self.build_ids is not None and not finishing:
+                for key, values in deltas.items():
+                    total = self.build_deltas.setdefault(key, [0] * len(values))
+                    for i, value in enumerate(values):
+                        total[i] += value
+            else:
+                buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
             operations.extend(buckets)
-            if state:
-                operations.append(UpdateOne({"_id": STATE_ID}, [{"$set": dict(state)}], upsert=True))
-            if operations:
-                self.records.bulk_write(operations, ordered=False, session=session)
-            emptied = emptied_buckets(deltas)
-            if emptied:
+            # always written: a keeper that overlaps conflicts here
+            operations.append(
+                UpdateOne({"_id": STATE_ID}, [{"$set": {**state, "applied": {"$toLong": "$$NOW"}}}], upsert=True)
+            )
+            self.records.bulk_write(operations, ordered=False, session=session)
+            for start in range(0, len(swept), READ_CHUNK):
                 # a bucket whose last record left it is removed: the
                 # collection grows with the objects, not with the changes
-                query = {"_id": emptied[0]} if len(emptied) == 1 else {"_id": {"$in": emptied}}
-                self.records.delete_many({**query, "n": 0}, session=session)
+                self.records.delete_many({"_id": {"$in": swept[start : start + READ_CHUNK]}, "n": 0}, session=session)
             self.stats.records += records
             self.stats.buckets += len(buckets)
+            if buckets:
+                self.emptied.update(emptied_buckets(deltas))
 
         # one attempt, not with_transaction's two minutes of retries: the
         # follower's next batch waits for this one, and a failed attempt is
@@ -382,12 +466,44 @@ class AggregateKeeper:
         with self.client.start_session() as session, session.start_transaction():
             write(session)
         self.stats.batches += 1
+        if swept:
+            self.emptied.difference_update(swept)
+            self.last_sweep = time.monotonic()
+            self.stats.swept += len(swept)
+        if finishing:
+            self.build_ids, self.build_deltas = None, {}
+        if self.build_ids is not None:
+            self.build_ids.update(written)  # a build remembers ids, not records
+            return
+        for object_id, record in written.items():
+            self.cache[object_id] = record
+            self.cache.move_to_end(object_id)
+        while len(self.cache) > CACHE_RECORDS:
+            self.cache.popitem(last=False)
+
+    def _write_buckets(self, deltas: Delta) -> None:
+        """A build's buckets, in chunks (the state is not built until the
+        write that follows: a build broken off here starts again)."""
+        updates = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
+        for start in range(0, len(updates), BUCKET_CHUNK):
+            self.records.bulk_write(updates[start : start + BUCKET_CHUNK], ordered=False)
+        self.stats.buckets += len(updates)
 
     def _old_records(self, ids: Sequence[str], session: Any) -> dict[str, Record]:
+        """The stored records of ``ids``: from memory when this keeper wrote
+        them lately; none during a build for the ids it has not written."""
         found: dict[str, Record] = {}
+        wanted: list[str] = []
+        for object_id in ids:
+            cached = self.cache.get(object_id)
+            if cached is not None:
+                found[object_id] = cached
+            elif self.build_ids is None or object_id in self.build_ids:
+                wanted.append(object_id)
+        self.stats.reads += len(wanted)
         projection = {"w": 1, "b": 1, "r": 1, "v": 1}
-        for start in range(0, len(ids), READ_CHUNK):
-            chunk = ids[start : start + READ_CHUNK]
+        for start in range(0, len(wanted), READ_CHUNK):
+            chunk = wanted[start : start + READ_CHUNK]
             query = {"_id": chunk[0]} if len(chunk) == 1 else {"_id": {"$in": chunk}}
             for doc in self.records.find(query, projection, session=session):
                 found[doc["_id"]] = stored_record(doc)

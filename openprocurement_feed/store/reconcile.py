@@ -40,6 +40,7 @@ from ..reconcile.items import MAX_TIMESTAMP, Bound, Item
 from ..reconcile.records import is_feed_id, record_id, timestamp_us
 from ..reconcile.storage import Storage, VectorStorage
 from .buckets import (
+    LAYOUT,
     LEVELS,
     STATE_ID,
     children_range,
@@ -345,7 +346,7 @@ class ReconcileSource:
                 # the sequencer's (a quiet feed's checkpoint stays at its
                 # last change, the keeper's point moves on).
                 wall = state.get("wall")
-                if isinstance(wall, int) and state.get("built") is True and self.keeper_alive():
+                if isinstance(wall, int) and state.get("built") == LAYOUT and self.keeper_alive():
                     bound = max(bound, min(wall, self._now_us))
             return bound
         return self._now_us - int(float(self.store.watermark_seconds) * 1_000_000)
@@ -367,7 +368,7 @@ class ReconcileSource:
         state = self._read_state()
         self._check_foreign(state)
         wall = state.get("wall")
-        if state.get("built") is True and isinstance(wall, int):
+        if state.get("built") == LAYOUT and isinstance(wall, int):
             if wall >= bound:
                 return Horizon(bound, AGGREGATES)
             if self.keeper_alive():
@@ -399,7 +400,7 @@ class ReconcileSource:
             state = self._read_state()
             self._check_foreign(state)
             wall = state.get("wall")
-            complete = state.get("built") is True and isinstance(wall, int)
+            complete = state.get("built") == LAYOUT and isinstance(wall, int)
             if complete and isinstance(wall, int) and wall >= until:
                 views = request_views(self.mode, self.scope_field, self.scope_value)
                 client = self.records.database.client
