@@ -43,6 +43,19 @@ from pathlib import Path
 
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
+#: The feed's orders, as the reconcile parts name them.
+ORDERS = ("watermark", "commit")
+
+
+def order_list(value: str) -> tuple[str, ...]:
+    """A comma-separated list of orders (maybe empty)."""
+    orders = tuple(part.strip() for part in value.split(",") if part.strip())
+    unknown = [order for order in orders if order not in ORDERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown order {unknown[0]!r}: give {' or '.join(ORDERS)}, comma-separated")
+    return orders
+
+
 PARTS = ("cost", "plans", "codec", "sync", "sequencer", "metrics", "orders", "host")
 
 
@@ -167,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reconcile_client.add_argument(
         "--reconcile-orders",
-        type=lambda value: tuple(value.split(",")),
+        type=order_list,
         default=("watermark", "commit"),
         metavar="LIST",
         help="the orders, comma-separated (default: watermark,commit)",
@@ -205,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="feed sizes of the in-sync check (default: 10000,100000)",
     )
     reconcile.add_argument(
+        "--table-orders",
+        type=order_list,
+        default=("watermark",),
+        metavar="LIST",
+        help="the orders whose k-differences table (reconcile-client's, without its verify / repair scenario) "
+        "is printed too, at the largest size; '' for none (default: watermark: the bytes are the same in both)",
+    )
+    reconcile.add_argument(
         "--keeper-seconds",
         type=positive_float,
         default=20.0,
@@ -214,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument(
         "--keeper-rounds",
         type=int,
-        default=2,
+        default=3,
         metavar="N",
         help="rounds of the aggregates' cost, each on and off in both orders (default: %(default)s)",
     )
@@ -358,6 +379,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import reconcile
 
         reconcile.run(args.reconcile_sizes, args.keeper_seconds, args.keeper_rounds, keeper=args.keeper_rounds > 0)
+        if args.table_orders:
+            from . import reconcile_client
+
+            print()
+            reconcile_client.run(tenders=max(args.reconcile_sizes), orders=args.table_orders, scenario=False)
         return 0
     if args.part == "reconcile-client":
         from . import reconcile_client

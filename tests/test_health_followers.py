@@ -513,3 +513,52 @@ def test_writes_of_the_checkpoints_own_second_are_judged_by_their_entries(
     db.tenders.update_one({"_id": "covered"}, {"$set": {PUBLIC_MODIFIED: second + 0.3}})
     assert oldest_uncovered(db, "tenders", checkpoint, second + 1.0, 2.0) == second + 1.5
     assert oldest_uncovered(db, "tenders", checkpoint, later, 2.0) == second + 0.3
+
+
+def test_the_oldest_write_after_a_point_is_read_in_doubling_windows(mongodb_uri: str, db_name: str) -> None:
+    """The oldest public write above a point, found by windows of stamps
+    that double: each read examines the writes of its window only (a stuck
+    checkpoint's hour of writes is not read at each scrape)."""
+    from pymongo import monitoring
+
+    from openprocurement_feed.operations.coverage import first_stamp_after
+    from openprocurement_feed.store.orders import PUBLIC_MODIFIED
+
+    class Reads(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.windows: list[Any] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command_name == "find":
+                self.windows.append(event.command["filter"][PUBLIC_MODIFIED])
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    reads = Reads()
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[reads])
+    try:
+        db = client[db_name]
+        low = 1_800_000_000.0
+        db.tenders.insert_many(
+            [{"_id": f"w{i}", "is_public": True, PUBLIC_MODIFIED: low + 5.5 + i * 0.1} for i in range(50)]
+            + [{"_id": "private", "is_public": False, PUBLIC_MODIFIED: low + 0.5}]
+        )
+        assert first_stamp_after(db, "tenders", low, low + 3600) == low + 5.5
+        # windows (low, low+1], (low+1, low+3], (low+3, low+7]: the third holds it
+        assert reads.windows == [
+            {"$gt": low, "$lte": low + 1},
+            {"$gt": low + 1, "$lte": low + 3},
+            {"$gt": low + 3, "$lte": low + 7},
+        ]
+        reads.windows.clear()
+        assert first_stamp_after(db, "tenders", low + 6.0, low + 3600) == low + 5.5 + 6 * 0.1
+        assert len(reads.windows) == 1
+        # past the clock the last window is open; nothing after: None
+        assert first_stamp_after(db, "tenders", low, low + 2) == low + 5.5
+        assert first_stamp_after(db, "tenders", low + 11, low + 3600) is None
+    finally:
+        client.close()

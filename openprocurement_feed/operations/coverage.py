@@ -81,6 +81,29 @@ def _stamp(doc: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def first_stamp_after(db: Database[Any], collection: str, low: float, now: float) -> float | None:
+    """The oldest public write's stamp above ``low`` (None: none is).
+
+    Read in windows of stamps that double from one second after ``low``,
+    the last one open: a server that examines every match of a sorted range
+    before its limit (the embedded one) examines the writes of the first
+    window that holds one, not every write since ``low`` (a checkpoint stuck
+    for an hour is an hour of writes). A window with none costs an empty
+    index range."""
+    documents = db[collection]
+    start, width = low, 1.0
+    while True:
+        window: dict[str, float] = {"$gt": start}
+        if start + width < now:
+            window["$lte"] = start + width
+        found = documents.find_one(
+            {"is_public": True, PUBLIC_MODIFIED: window}, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, 1)]
+        )
+        if found is not None or "$lte" not in window:
+            return _stamp(found)
+        start, width = start + width, width * 2
+
+
 def oldest_uncovered(
     db: Database[Any], collection: str, checkpoint: Timestamp, now: float, threshold: float
 ) -> float | None:
@@ -97,12 +120,7 @@ def oldest_uncovered(
     here; the followers' stale figures show a stuck sequencer anyway.
     """
     documents = db[collection]
-    after = documents.find_one(
-        {"is_public": True, PUBLIC_MODIFIED: {"$gt": checkpoint.time + 1}},
-        {PUBLIC_MODIFIED: 1},
-        sort=[(PUBLIC_MODIFIED, 1)],
-    )
-    oldest = _stamp(after)
+    oldest = first_stamp_after(db, collection, checkpoint.time + 1, now)
     if checkpoint.time >= now - threshold:
         return oldest  # the checkpoint's second is too recent to have waited that long
     second = list(
@@ -131,13 +149,7 @@ def oldest_uncovered(
     return oldest
 
 
-def oldest_unseen(db: Database[Any], collection: str, seen: float) -> float | None:
+def oldest_unseen(db: Database[Any], collection: str, seen: float, now: float) -> float | None:
     """The stamp of the oldest public write stamped after ``seen`` (the
     time up to which an observer had read its stream), None when none is."""
-    return _stamp(
-        db[collection].find_one(
-            {"is_public": True, PUBLIC_MODIFIED: {"$gt": seen}},
-            {PUBLIC_MODIFIED: 1},
-            sort=[(PUBLIC_MODIFIED, 1)],
-        )
-    )
+    return first_stamp_after(db, collection, seen, now)

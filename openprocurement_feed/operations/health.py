@@ -221,7 +221,7 @@ def _observer_verdicts(
     watcher = body["watcher"]
     seen = published.get("seen")
     if isinstance(seen, datetime):
-        oldest = oldest_unseen(db, feed.collection, epoch(seen))
+        oldest = oldest_unseen(db, feed.collection, epoch(seen), now)
         waited = max(0.0, now - oldest) if oldest is not None else 0.0
         watcher["unseen_seconds"] = round(waited, 1)
         if waited > threshold:
