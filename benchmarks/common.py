@@ -7,7 +7,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -52,6 +52,45 @@ def seed_tenders(collection: Collection, count: int, seed: int = 1, owners: int 
             data["mode"] = mode
         docs.append(data)
     collection.insert_many(docs)
+
+
+def insert_public_tenders(
+    collection: Any,
+    moments: Iterable[datetime],
+    rng: random.Random,
+    status: str | None = None,
+    batch_size: int = 2000,
+) -> dict[str, str]:
+    """Insert a public tender shaped as the API stores it at each of
+    ``moments`` (its ``dateModified`` and ``public_modified``), straight
+    into the database in batches; their id → ``dateModified``."""
+    versions: dict[str, str] = {}
+    batch: list[dict[str, Any]] = []
+    for number, moment in enumerate(moments):
+        stamp = moment.isoformat()
+        key = uuid.UUID(int=rng.getrandbits(128)).hex
+        data = sample_tender(rng)
+        data.pop("mode", None)
+        data.update(
+            _id=key,
+            _rev=f"1-{rng.getrandbits(128):032x}",
+            tenderID=f"UA-{moment:%Y-%m-%d}-{number:06d}-a",
+            dateCreated=stamp,
+            dateModified=stamp,
+            status=status or data.get("status") or "active.tendering",
+            owner="broker",
+            public_modified=round(moment.timestamp(), 3),
+            is_public=True,
+            is_test=False,
+        )
+        batch.append(data)
+        versions[key] = stamp
+        if len(batch) == batch_size:
+            collection.insert_many(batch)
+            batch = []
+    if batch:
+        collection.insert_many(batch)
+    return versions
 
 
 def median_ms(samples: Sequence[float]) -> float:

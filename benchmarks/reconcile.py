@@ -30,7 +30,6 @@ import random
 import statistics
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,10 +38,9 @@ from typing import Any
 
 from pymongo import MongoClient, monitoring
 
-from openprocurement_feed.demo.load import sample_tender
 from openprocurement_feed.embedded.server import EmbeddedServer
 
-from .common import status, table
+from .common import insert_public_tenders, status, table
 
 #: Feed sizes of the in-sync check.
 SIZES = (10_000, 100_000)
@@ -92,34 +90,11 @@ def seed_burst(collection: Any, count: int, seed: int = 1) -> dict[str, str]:
     their id → ``dateModified``."""
     rng = random.Random(seed)  # nosec B311 - sample documents
     start = datetime.now(timezone.utc) - timedelta(seconds=60 + count * BURST_SPACING_US / 1e6)
-    versions: dict[str, str] = {}
-    batch: list[dict[str, Any]] = []
-    for number in range(count):
-        moment = start + timedelta(microseconds=number * BURST_SPACING_US + rng.randint(0, BURST_SPACING_US - 1))
-        stamp = moment.isoformat()
-        key = uuid.UUID(int=rng.getrandbits(128)).hex
-        data = sample_tender(rng)
-        data.pop("mode", None)
-        data.update(
-            _id=key,
-            _rev=f"1-{rng.getrandbits(128):032x}",
-            tenderID=f"UA-{moment:%Y-%m-%d}-{number:06d}-a",
-            dateCreated=stamp,
-            dateModified=stamp,
-            status=data.get("status") or "active.tendering",
-            owner="broker",
-            public_modified=round(moment.timestamp(), 3),
-            is_public=True,
-            is_test=False,
-        )
-        batch.append(data)
-        versions[key] = stamp
-        if len(batch) == 2000:
-            collection.insert_many(batch)
-            batch = []
-    if batch:
-        collection.insert_many(batch)
-    return versions
+    moments = (
+        start + timedelta(microseconds=number * BURST_SPACING_US + rng.randint(0, BURST_SPACING_US - 1))
+        for number in range(count)
+    )
+    return insert_public_tenders(collection, moments, rng)
 
 
 @dataclass

@@ -45,11 +45,10 @@ from typing import Any
 import requests
 
 from openprocurement_feed.client.reconcile import FeedReconciler
-from openprocurement_feed.demo.load import sample_tender
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded.server import EmbeddedServer
 
-from .common import status, table
+from .common import insert_public_tenders, status, table
 
 #: The differences of the cost table.
 DIFFERENCES = (0, 1, 3, 10, 30, 100)
@@ -109,36 +108,11 @@ class Served:
 
 def seed_public_tenders(collection: Any, count: int, seed: int = 1) -> dict[str, str]:
     """Insert ``count`` real-shaped public tenders stamped over the past
-    months, as the store stamps them; their id → dateModified."""
+    months, a minute apart, as the store stamps them; their id → dateModified."""
     rng = random.Random(seed)  # nosec B311 - sample documents
     start = datetime.now(timezone.utc) - timedelta(days=120)
-    versions: dict[str, str] = {}
-    batch: list[dict[str, Any]] = []
-    for number in range(count):
-        moment = start + timedelta(seconds=number * 60, microseconds=rng.randint(0, 999_999))
-        stamp = moment.isoformat()
-        key = uuid.UUID(int=rng.getrandbits(128)).hex
-        data = sample_tender(rng)
-        data.update(
-            _id=key,
-            _rev=f"1-{rng.getrandbits(128):032x}",
-            dateCreated=stamp,
-            dateModified=stamp,
-            status="active",
-            owner="broker",
-            public_modified=round(moment.timestamp(), 3),
-            is_public=True,
-            is_test=False,
-        )
-        data.pop("mode", None)
-        batch.append(data)
-        versions[key] = stamp
-        if len(batch) == 5000:
-            collection.insert_many(batch)
-            batch = []
-    if batch:
-        collection.insert_many(batch)
-    return versions
+    moments = (start + timedelta(seconds=number * 60, microseconds=rng.randint(0, 999_999)) for number in range(count))
+    return insert_public_tenders(collection, moments, rng, status="active", batch_size=5000)
 
 
 @contextlib.contextmanager

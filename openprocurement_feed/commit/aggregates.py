@@ -30,9 +30,9 @@ On a first start (no state, or aggregates of another layout: the state's
 ``built`` names the :data:`~openprocurement_feed.store.buckets.LAYOUT`) the
 keeper *builds* them from the documents: it empties the collection, then
 reads every public document, in chunks between batches (at most
-:data:`SCAN_SECONDS` of each batch), forward only (a record already taken
-from a newer version stays), writing the records and adding up the
-buckets in memory; the buckets are written once, at the end, and only then
+:data:`SCAN_SECONDS` of each batch, :data:`QUIET_SCAN_SECONDS` of a quiet
+one), forward only (a record already taken from a newer version stays),
+writing the records and adding up the buckets in memory; the buckets are written once, at the end, and only then
 is the state ``built``. After a restart, an error or a lease taken over it
 *catches up*: the documents whose ``public_modified`` is above its last
 complete point minus :data:`CATCH_UP_MARGIN_SECONDS`. Until the scan is
@@ -85,8 +85,10 @@ READ_CHUNK = 100
 #: Documents of a build or a catch-up read and written at a time.
 SCAN_CHUNK = 500
 #: Seconds of a batch's turn a build or a catch-up may take (whole chunks:
-#: at least one): the follower's next batch waits for it.
+#: at least one): the follower's next batch waits for it. After a quiet
+#: batch (no event, caught up) :data:`QUIET_SCAN_SECONDS`: nothing waits.
 SCAN_SECONDS = 0.5
+QUIET_SCAN_SECONDS = 2.0
 #: Seconds the changes of consecutive batches are coalesced before one
 #: write (a head bucket is written once per interval, not once per batch;
 #: the aggregates' complete point lags by as much).
@@ -219,8 +221,9 @@ class AggregateKeeper:
         changed = self.buffer
         self._merge(changed, self._records_of_events(events).values())
         scanned = False
+        budget = QUIET_SCAN_SECONDS if caught_up and not events else SCAN_SECONDS
         while self.scan is not None:
-            if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= SCAN_SECONDS):
+            if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= budget):
                 break
             scanned = True
             for doc in self._scan_chunk():

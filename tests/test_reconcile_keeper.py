@@ -1,0 +1,113 @@
+"""The reconciliation aggregates' keeper on its own (no app, no stream):
+fed change events as its follower hands them over, against the real
+server. Its buckets must always add up to its records, whoever writes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from openprocurement_feed.commit import aggregates
+from openprocurement_feed.commit.aggregates import AggregateKeeper
+from openprocurement_feed.reconcile.fingerprint import limbs
+from openprocurement_feed.store.buckets import LEVELS, STATE_ID, reconcile_name, shift
+
+pytestmark = [pytest.mark.timeout(120)]
+
+START = datetime(2026, 1, 5, 10, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def tenders(mongo_client: MongoClient[Any], db_name: str) -> Iterator[Any]:
+    yield mongo_client[db_name]["tenders"]
+
+
+def document(key: str, seconds: float) -> dict[str, Any]:
+    moment = START + timedelta(seconds=seconds)
+    return {
+        "_id": key,
+        "is_public": True,
+        "is_test": False,
+        "dateModified": moment.isoformat(),
+        "public_modified": moment.timestamp(),
+    }
+
+
+def event(doc: dict[str, Any]) -> dict[str, Any]:
+    """A change event as the follower's stream gives it."""
+    return {
+        "operationType": "replace",
+        "documentKey": {"_id": doc["_id"]},
+        "fullDocument": doc,
+        "wallTime": datetime.fromtimestamp(doc["public_modified"], timezone.utc),
+    }
+
+
+def assert_buckets_add_up(tenders: Any) -> None:
+    """Every bucket holds the count and limb sums of its records, and no
+    bucket is missing."""
+    records = tenders.database[reconcile_name(tenders.name)]
+    expected: dict[tuple[str, int, int], list[int]] = {}
+    for record in records.find({"lv": 0, "w.0": {"$exists": True}}):
+        values = [1, *limbs(bytes.fromhex(record["r"]))]
+        for view in record["w"]:
+            for level in range(1, LEVELS + 1):
+                total = expected.setdefault((view, level, record["b"] >> shift(level)), [0] * 9)
+                for i, value in enumerate(values):
+                    total[i] += value
+    found = {
+        (bucket["w"], bucket["lv"], bucket["b"]): [bucket["n"], *(bucket[f"l{i}"] for i in range(8))]
+        for bucket in records.find({"lv": {"$gt": 0}, "n": {"$ne": 0}})
+    }
+    assert found == expected
+
+
+def test_a_keeper_whose_lease_was_taken_over_writes_nothing_more(tenders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)  # a write per batch
+    keys = [uuid.uuid4().hex for _ in range(6)]
+    docs = [document(key, number) for number, key in enumerate(keys)]
+    tenders.insert_many(docs)
+    first = AggregateKeeper(tenders)
+    first.handle([], caught_up=True)  # takes the lease, builds from the documents
+    first.handle([event(document(keys[0], 100))], caught_up=True)
+    assert first.stats.errors == 0 and first.built
+    # its lease lapses (a process stopped past it); a second keeper takes over
+    records = tenders.database[reconcile_name(tenders.name)]
+    records.update_one({"_id": STATE_ID}, {"$set": {"lease": 0}})
+    second = AggregateKeeper(tenders)
+    second.handle([event(document(keys[1], 200))], caught_up=True)
+    assert second.stats.errors == 0
+    assert records.find_one({"_id": keys[1]})["b"] == int((START + timedelta(seconds=200)).timestamp() * 1e6)
+    # the first resumes, still believing its lease: its write finds another owner
+    first.handle([event(document(keys[1], 150)), event(document(keys[2], 150))], caught_up=True)
+    assert first.stats.errors == 1 and "lease" in first.stats.last_error
+    assert not first.cache, "it forgot what it kept in memory"
+    assert records.find_one({"_id": keys[1]})["b"] == int((START + timedelta(seconds=200)).timestamp() * 1e6)
+    assert records.find_one({"_id": keys[2]})["b"] == int((START + timedelta(seconds=2)).timestamp() * 1e6)
+    assert_buckets_add_up(tenders)
+
+
+def test_hot_objects_are_not_read_again_and_emptied_buckets_go(tenders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)  # a write per batch
+    keys = [uuid.uuid4().hex for _ in range(20)]
+    keeper = AggregateKeeper(tenders)
+    keeper.handle([event(document(key, number)) for number, key in enumerate(keys)], caught_up=False)
+    keeper.handle([], caught_up=True)
+    assert keeper.built
+    reads = keeper.stats.reads
+    for round_ in range(1, 4):
+        batch = [event(document(key, 1000 * round_ + number / 10)) for number, key in enumerate(keys)]
+        keeper.handle(batch, caught_up=False)
+        assert_buckets_add_up(tenders)
+    assert keeper.stats.reads == reads, "the old records came from memory"
+    records = tenders.database[reconcile_name(tenders.name)]
+    assert records.count_documents({"lv": {"$gt": 0}, "n": 0}) > 0  # emptied, not swept yet
+    keeper.handle([], caught_up=True)  # a quiet batch sweeps them
+    assert records.count_documents({"lv": {"$gt": 0}, "n": 0}) == 0
+    assert keeper.stats.swept > 0
+    assert_buckets_add_up(tenders)
