@@ -224,6 +224,7 @@ def _run(
         cells=tuple(cells),
         orders=(order,),
         hold=1.0,
+        strike_timeout=3.0,  # the cell aimed at a command nobody sends waits that long
         settle=settle,
         create_every=create_every,
         uri=uri,

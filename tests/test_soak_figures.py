@@ -3,6 +3,7 @@ JSON lines and the minute's lines; no process is started."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -52,7 +53,8 @@ def test_a_pool_that_grew_to_its_size_is_flat_and_a_leak_is_not():
 
 
 def test_collections_may_grow_with_the_objects_but_not_with_the_changes():
-    feed, aux = "openprocurement.tenders", "openprocurement.tenders_feed_reconcile"
+    feed, aux = "openprocurement.tenders", "openprocurement.feed_health"
+    records = "openprocurement.tenders_feed_reconcile"
     samples = [
         sample(
             m,
@@ -61,15 +63,25 @@ def test_collections_may_grow_with_the_objects_but_not_with_the_changes():
                 feed: (100 + m * 10, (100 + m * 10) * 2000),
                 "openprocurement.tenders_feed_positions": (100 + m * 10, 365 * (100 + m * 10)),
                 aux: (50 + m * 400, (50 + m * 400) * 150),
+                # a record and two buckets per object, whatever the changes
+                records: (300 + m * 30, (300 + m * 30) * 180),
             },
         )
         for m in range(10, 61)
     ]
     objects = object_collections({name for s in samples for name in s.collections})
-    assert feed in objects and aux not in objects
+    assert feed in objects and aux not in objects and objects[records] == 6
     verdicts = judge(samples, 10, 10, objects, ["web-1"], 30_000)
     assert verdict(verdicts, "grows with objects", feed).ok is True
+    assert verdict(verdicts, "grows with objects", records).ok is True
     assert verdict(verdicts, "auxiliary", aux).ok is False
+    # more documents per object than a record and its buckets: a leak
+    leaking = [
+        dataclasses.replace(s, collections={**s.collections, records: (s.collections[records][0] * 3, 0)})
+        for s in samples
+    ]
+    verdicts = judge(leaking, 10, 10, objects, ["web-1"], 30_000)
+    assert verdict(verdicts, "grows with objects", records).ok is False
     assert verdict(verdicts, "oplog", OPLOG).ok is True
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from openprocurement_feed.demo.idempotency import KEYS
+from openprocurement_feed.store.buckets import LEVELS, reconcile_name
 from openprocurement_feed.store.orders import positions_name
 
 from ..common import percentile
@@ -370,15 +371,19 @@ def judge_samples(samples: list[Sample], options: Any) -> list[Verdict]:
     return judge(samples, options.warm_up, database_from(samples, options), objects, judged, options.oplog_max_entries)
 
 
-def object_collections(names: set[str]) -> set[str]:
-    """The collections that grow with the objects: every feed collection
-    (one with a positions collection beside it), its positions, and the
-    idempotency keys (until their TTL)."""
-    found = {f"{DB_NAME}.{KEYS}"}
+def object_collections(names: set[str]) -> dict[str, int]:
+    """The collections that grow with the objects, and how many documents
+    each may hold per object: every feed collection (one with a positions
+    collection beside it) and its positions (one), the idempotency keys
+    (one, until their TTL), and the reconcile collection beside a feed
+    collection (a record per object, and at most one bucket per level of
+    it: a patch moves a record and deletes the buckets it emptied)."""
+    found = {f"{DB_NAME}.{KEYS}": 1}
     for name in names:
         base = name.removeprefix(f"{DB_NAME}.")
         if f"{DB_NAME}.{positions_name(base)}" in names:
-            found |= {name, f"{DB_NAME}.{positions_name(base)}"}
+            found.update({name: 1, f"{DB_NAME}.{positions_name(base)}": 1})
+            found[f"{DB_NAME}.{reconcile_name(base)}"] = 1 + LEVELS
     return found
 
 

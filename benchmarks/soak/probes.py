@@ -275,8 +275,16 @@ class HealthWatch(threading.Thread):
 
     def run(self) -> None:
         import requests
+        from requests.adapters import HTTPAdapter
+        from urllib3.util.retry import Retry
 
         with requests.Session() as http:
+            # a kept-alive connection the server closes as the next GET goes
+            # out (gthread's keepalive is 2 s, the probe's interval longer)
+            # is a dropped connection before any answer: sent again once,
+            # as any HTTP client does for a GET; a verdict is never retried
+            retry = Retry(total=1, connect=1, read=1, status=0, allowed_methods={"GET"}, raise_on_status=False)
+            http.mount("http://", HTTPAdapter(max_retries=retry))
             while not self.stopping.wait(self.every):
                 try:
                     report = http.get(self.url, timeout=10).json()

@@ -8,11 +8,12 @@ carry an Idempotency-Key, retried with it), a crawler following next_page,
 a long-poll crawler and a read probe of the feed, an object and the health
 view. Each cell arms one failCommand fault aimed by appName at one client
 (the web app's, the sequencer's, the long-poll notifier's) for --hold
-seconds, transient (times: 3) or sustained (alwaysOn), clears it, and
-prints a row: how many commands the fault failed (struck: counted by the
-driver's command monitoring on the client aimed at), the answers clients
-got by status, acknowledged writes lost, duplicates from a retried create,
-the longest time reads went unanswered, the time to recover after the
+seconds (and up to --strike-timeout more until it struck once), transient
+(times: 3) or sustained (alwaysOn), clears it, and prints a row: how many
+commands the fault failed (struck: counted by the driver's command
+monitoring on the client aimed at), the answers clients got by status,
+acknowledged writes lost, duplicates from a retried create, the longest
+time reads went unanswered, the time to recover after the
 fault ended, the worst health verdict seen.
 
 The exit status is 1 when a cell broke the promise (a 5xx other than 503,
@@ -59,6 +60,14 @@ FLAGS = (
         default=2.0,
         metavar="S",
         help="seconds each fault stays armed (default: %(default)g)",
+    ),
+    Flag(
+        "--strike-timeout",
+        type=non_negative_float,
+        default=15.0,
+        metavar="S",
+        help="seconds a fault that has not struck after --hold stays armed, waiting for its client to send "
+        "the command (0: never; default: %(default)g)",
     ),
     Flag(
         "--settle",
@@ -120,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         orders=ORDERS if args.order == "both" else (args.order,),
         watermark=args.watermark,
         hold=args.hold,
+        strike_timeout=args.strike_timeout,
         settle=args.settle,
         writers=args.writers,
         uri=args.mongodb_uri,

@@ -9,7 +9,10 @@ for the whole order. Each cell (:func:`run_cell`):
 
 1. arms its fault for ``hold`` seconds (a transient one fails its next
    ``times`` commands in that time; ``hold_until`` keeps it armed until a
-   given verdict shows), then clears it;
+   given verdict shows), and past them, up to ``strike_timeout`` seconds,
+   until it has struck once (a client that sends its command seldom, a
+   long poll's ``getMore``, one still waiting in server selection after
+   the cell before), then clears it;
 2. waits until a read and a write started after the fault's end were
    answered (at most ``recover_timeout`` seconds);
 3. pauses the writers and lets the crawlers catch up (``W`` plus
@@ -69,6 +72,9 @@ class MatrixConfig:
     orders: tuple[str, ...] = ORDERS
     watermark: float = 1.0
     hold: float = 2.0
+    #: seconds a fault that has not struck yet stays armed past ``hold``
+    #: (with the command log only; 0: never)
+    strike_timeout: float = 15.0
     recover_timeout: float = 20.0
     settle: float = 10.0
     writers: int = 4
@@ -187,6 +193,18 @@ class OrderRun:
                 return
             time.sleep(0.05)
 
+    def wait_struck(self, cell: Cell, mark: int, deadline: float) -> bool:
+        """Keep the fault armed until it struck once (its client logged a
+        command it failed since ``mark``) or ``deadline``; whether it did."""
+        if self.commands is None:
+            return False
+        name = self.names[cell.role]
+        while not strikes(cell, name, self.commands.since(mark)):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def wait_verdict(self, verdict: str, since: float, deadline: float) -> bool:
         """Until the probe has seen ``verdict`` since ``since`` (True), or
         ``deadline`` (False)."""
@@ -234,6 +252,7 @@ class OrderRun:
             wanted = self.config.hold_until.get(cell.name)
             if wanted is not None:
                 self.wait_verdict(wanted, began, began + self.config.recover_timeout)
+            self.wait_struck(cell, mark, time.monotonic() + self.config.strike_timeout)
         fault_end = time.monotonic()
         self.wait_recovered(fault_end)
         for writer in self.writers:
