@@ -60,7 +60,14 @@ def test_each_role_has_its_named_client(settings: dict[str, str], mongo_client: 
         {},
         **dict(
             settings,
-            **{"feed.order": "commit", "feed.sequencer": "thread", "feed.sequencer_app_name": "seq-under-test"},
+            **{
+                "feed.order": "commit",
+                "feed.sequencer": "thread",
+                "feed.sequencer_app_name": "seq-under-test",
+                # names of this test's own: the server is shared with the
+                # tests of other workers, whose clients carry the defaults
+                "feed.longpoll_app_name": "longpoll-under-test",
+            },
         ),
     )
     registry = app.registry
@@ -70,12 +77,13 @@ def test_each_role_has_its_named_client(settings: dict[str, str], mongo_client: 
         sequencer = registry.feed_sequencer.followers[0].db.client
         notifier = registry.feed_longpoll.store.client
         assert len({id(web), id(sequencer), id(notifier)}) == 3
-        assert (app_name_of(web), app_name_of(sequencer), app_name_of(notifier)) == (WEB, "seq-under-test", LONGPOLL)
+        names = (app_name_of(web), app_name_of(sequencer), app_name_of(notifier))
+        assert names == (WEB, "seq-under-test", "longpoll-under-test")
         web.admin.command("ping")
         seen = wait_for_names(mongo_client, {WEB, "seq-under-test"})
         assert WEB in seen and "seq-under-test" in seen
         # the notifier's client connects with its first waiter, not before
-        assert LONGPOLL not in seen
+        assert "longpoll-under-test" not in seen
     finally:
         shutdown(registry)
     assert registry.feed_role_stores == {}
