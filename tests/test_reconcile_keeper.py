@@ -111,3 +111,27 @@ def test_hot_objects_are_not_read_again_and_emptied_buckets_go(tenders: Any, mon
     assert records.count_documents({"lv": {"$gt": 0}, "n": 0}) == 0
     assert keeper.stats.swept > 0
     assert_buckets_add_up(tenders)
+
+
+def test_a_build_whose_lease_was_taken_over_adds_no_bucket(tenders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keeper stopped past its lease in the middle of a build, then
+    resumed at the build's end: its buckets would add to those of the build
+    that replaced it; its write is refused instead."""
+    monkeypatch.setattr(aggregates, "SCAN_CHUNK", 2)
+    monkeypatch.setattr(aggregates, "SCAN_SECONDS", 0.0)  # a chunk a batch
+    monkeypatch.setattr(aggregates, "QUIET_SCAN_SECONDS", 0.0)
+    keys = [uuid.uuid4().hex for _ in range(6)]
+    tenders.insert_many([document(key, number) for number, key in enumerate(keys)])
+    first = AggregateKeeper(tenders)
+    for _ in range(3):
+        first.handle([], caught_up=True)
+    assert not first.built and first.build_ids is not None
+    records = tenders.database[reconcile_name(tenders.name)]
+    records.update_one({"_id": STATE_ID}, {"$set": {"lease": 0}})
+    second = AggregateKeeper(tenders)
+    monkeypatch.setattr(aggregates, "SCAN_CHUNK", 100)
+    second.handle([], caught_up=True)
+    assert second.built
+    first.handle([], caught_up=True)  # its scan is done: it would write its buckets now
+    assert not first.built and first.stats.errors == 1 and "lease" in first.stats.last_error
+    assert_buckets_add_up(tenders)

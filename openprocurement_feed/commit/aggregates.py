@@ -413,9 +413,7 @@ class AggregateKeeper:
         written: dict[str, Record] = {}
 
         def write(session: Any) -> None:
-            owner = (self.records.find_one({"_id": STATE_ID}, {"owner": 1}, session=session) or {}).get("owner")
-            if owner != self.owner:
-                raise LeaseLost(f"the lease is {owner!r}'s now")
+            self._check_owner(session)
             operations: list[Any] = []
             deltas: Delta = {}
             records = 0
@@ -484,12 +482,27 @@ class AggregateKeeper:
         while len(self.cache) > CACHE_RECORDS:
             self.cache.popitem(last=False)
 
+    def _check_owner(self, session: Any) -> None:
+        """In a write's transaction: this keeper still holds the lease (the
+        write then also writes the state, so a takeover meanwhile conflicts
+        with it)."""
+        owner = (self.records.find_one({"_id": STATE_ID}, {"owner": 1}, session=session) or {}).get("owner")
+        if owner != self.owner:
+            raise LeaseLost(f"the lease is {owner!r}'s now")
+
     def _write_buckets(self, deltas: Delta) -> None:
-        """A build's buckets, in chunks (the state is not built until the
-        write that follows: a build broken off here starts again)."""
+        """A build's buckets, a transaction per chunk, each checking the
+        lease and writing the state: a keeper stopped past its lease cannot
+        add its buckets to those of the build that replaced it (the state
+        is not built until the write that follows: a build broken off here
+        starts again)."""
         updates = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
+        touch = UpdateOne({"_id": STATE_ID}, [{"$set": {"applied": {"$toLong": "$$NOW"}}}])
         for start in range(0, len(updates), BUCKET_CHUNK):
-            self.records.bulk_write(updates[start : start + BUCKET_CHUNK], ordered=False)
+            with self.client.start_session() as session, session.start_transaction():
+                self._check_owner(session)
+                chunk = [*updates[start : start + BUCKET_CHUNK], touch]
+                self.records.bulk_write(chunk, ordered=False, session=session)
         self.stats.buckets += len(updates)
 
     def _old_records(self, ids: Sequence[str], session: Any) -> dict[str, Record]:
