@@ -278,3 +278,16 @@ def commit_app(commit_settings: dict[str, str]) -> Iterator[Any]:
 def basic(key: str) -> dict[str, str]:
     """``Authorization: Basic base64("key:")``, as upstream's clients send."""
     return {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
+
+
+@pytest.fixture(scope="module")
+def nostr_tools() -> Any:
+    """The pinned nostr-tools package's folder (installed on first use), for
+    the interop tests; they are skipped, saying why, where node or npm is
+    missing."""
+    from tests.interop.nostr_tools import Unavailable, nostr_tools_dir
+
+    try:
+        return nostr_tools_dir()
+    except Unavailable as error:
+        pytest.skip(str(error))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.interop.nostr_tools import HARNESS, Unavailable, nostr_tools_dir, pinned_version, run_driver
+from tests.interop.nostr_tools import HARNESS, pinned_version, run_driver
 
 pytestmark = pytest.mark.server
 
@@ -53,14 +53,6 @@ def _cases() -> dict[str, dict[str, Any]]:
     add("empty-initiator", [], _items(rng, 300, 5000), [], 4096, 4096)
     add("empty-responder", [], [], _items(rng, 300, 5000))
     return cases
-
-
-@pytest.fixture(scope="module")
-def nostr_tools() -> Path:
-    try:
-        return nostr_tools_dir()
-    except Unavailable as error:
-        pytest.skip(str(error))
 
 
 def _run_all(nostr_tools: Path) -> dict[str, dict[str, Any]]:

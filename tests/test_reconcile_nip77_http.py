@@ -35,7 +35,7 @@ from reconcile_support import serve
 from openprocurement_feed.demo.load import sample_tender
 from openprocurement_feed.reconcile.records import object_id, record
 from openprocurement_feed.store.writes import next_rev
-from tests.interop.nostr_tools import Unavailable, nostr_tools_dir, run_driver
+from tests.interop.nostr_tools import run_driver
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(120)]
 
@@ -119,14 +119,6 @@ def cases(feed: Versions, rng: random.Random) -> dict[str, Versions]:
         "disjoint": new_versions(rng, 80),
         "empty": {},
     }
-
-
-@pytest.fixture(scope="module")
-def nostr_tools() -> Path:
-    try:
-        return nostr_tools_dir()
-    except Unavailable as error:
-        pytest.skip(str(error))
 
 
 @pytest.fixture(params=["watermark", "commit"])
