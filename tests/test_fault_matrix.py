@@ -188,6 +188,10 @@ def test_the_driver_sees_each_kind_of_fault_strike_the_client_it_aims_at(fault_u
                 (Cell("max-time", WEB, "find", 50), lambda: tenders.find_one({})),
             ]
             for cell, command in cells:
+                # the error of the cell before may have marked the server
+                # unknown: the next command waits for the client to find it
+                # again (longer than its selection timeout on a busy machine)
+                reachable(aimed)
                 mark = log.mark()
                 with fail.armed(cell.fail_point("aimed-client")):
                     with pytest.raises(PyMongoError):
@@ -197,6 +201,7 @@ def test_the_driver_sees_each_kind_of_fault_strike_the_client_it_aims_at(fault_u
                 assert strikes(cell, "aimed-client", log.since(mark)) >= 1, cell.name
                 assert strikes(cell, "other-client", log.since(mark)) == 0, cell.name
             nobody = Cell("election", LONGPOLL, "findAndModify", 10107)
+            reachable(aimed)
             mark = log.mark()
             with fail.armed(nobody.fail_point("aimed-client")):
                 tenders.find_one({})
@@ -208,6 +213,17 @@ def test_the_driver_sees_each_kind_of_fault_strike_the_client_it_aims_at(fault_u
             aimed.close()
             other.close()
     assert os.environ.get(COMMAND_LOG_ENV) == before
+
+
+def reachable(client: Any, timeout: float = 60.0) -> None:
+    """Wait until ``client`` answers a ping, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.admin.command("ping")
+            return
+        except PyMongoError:
+            assert time.monotonic() < deadline, "the client did not find its server again"
 
 
 def _run(

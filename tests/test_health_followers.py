@@ -190,7 +190,9 @@ class Feed:
             feed = self.tender()
             if check(feed):
                 return feed
-            assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s; last: {feed}"
+            if time.monotonic() >= deadline:
+                lines = "\n".join(self.lines()[-60:])
+                raise AssertionError(f"{what}: not within {timeout:g} s; last: {feed}\nthe followers' lines:\n{lines}")
             time.sleep(0.05)
 
     def wait_ok(self, timeout: float = 60.0) -> dict[str, Any]:
