@@ -99,7 +99,7 @@ setup(
     include_package_data=True,
     zip_safe=False,
     python_requires=">=3.10",
-    install_requires=["pyramid>=2.0", "cornice>=6.0", "pymongo>=4.6"],
+    install_requires=["pyramid>=2.0", "cornice>=6.0", "pymongo>=4.7"],
     extras_require={
         "embedded": EMBEDDED,
         "client": CLIENT,

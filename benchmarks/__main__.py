@@ -17,7 +17,9 @@ crawlers, and the database's CPU with crawlers waiting at the head),
 view, the feed in the host route's place), ``save`` (what one ``save_data``
 costs the database in and outside a transaction, by collection size),
 ``roles`` (the connections and the database's CPU per change of a client per
-role: the sequencer on its own client against the store's), ``reconcile-client``
+role: the sequencer on its own client against the store's), ``recovery``
+(how soon a watcher follows again after a fault that marks the server
+unknown, its client's monitor polling against streaming), ``reconcile-client``
 (a crawler's check with k differences against a full crawl's bytes, and
 ``verify`` / ``--repair`` / ``verify`` on a 100,000-tender feed in each
 order; ``--plot FILE`` draws the figure), ``reconcile`` (the reconcile
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
             "longpoll",
             "save",
             "roles",
+            "recovery",
             "reconcile-client",
             "reconcile",
             "soak",
@@ -239,6 +242,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rounds of the aggregates' cost, each on and off in both orders (default: %(default)s)",
     )
+    recovery = parser.add_argument_group("recovery")
+    recovery.add_argument(
+        "--recovery-rounds",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="rounds of each monitoring mode, alternating (default: %(default)s)",
+    )
+    recovery.add_argument(
+        "--recovery-hold",
+        type=positive_float,
+        default=3.0,
+        metavar="S",
+        help="seconds the observer's reads fail in each round (default: %(default)s)",
+    )
     demo = parser.add_argument_group("demo-rate")
     demo.add_argument(
         "--patch-rate",
@@ -369,6 +387,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import roles
 
         roles.run(rounds=args.rounds + 1)
+        return 0
+    if args.part == "recovery":
+        from . import recovery
+
+        recovery.run(rounds=args.recovery_rounds, hold=args.recovery_hold)
         return 0
     if args.part == "save":
         from . import save

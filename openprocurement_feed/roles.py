@@ -121,11 +121,20 @@ def client_options(uri: str, app_name: str, timeout_ms: int, role: bool) -> dict
     """The keyword options of a client of ``uri`` named ``app_name``.
 
     ``timeout_ms`` bounds server selection and connecting unless the URI
-    says otherwise. The web client (``role`` False) takes the URI's
+    says otherwise. The monitor polls (``serverMonitoringMode=poll``,
+    unless the URI says otherwise): after an error that marks the server
+    unknown, a polling monitor checks it again at once, where a streaming
+    one waits for the server's next answer, up to ``heartbeatFrequencyMS``
+    (10 s) of failed selections when no election happened (a fault, a
+    blip). The web client (``role`` False) takes the URI's
     ``appname`` when it has one; a role's client always carries its own.
     """
     given = uri_option_names(uri)
-    defaults: dict[str, Any] = {"serverSelectionTimeoutMS": timeout_ms, "connectTimeoutMS": timeout_ms}
+    defaults: dict[str, Any] = {
+        "serverSelectionTimeoutMS": timeout_ms,
+        "connectTimeoutMS": timeout_ms,
+        "serverMonitoringMode": "poll",
+    }
     options = {name: value for name, value in defaults.items() if name.lower() not in given}
     if role or "appname" not in given:
         options["appname"] = app_name

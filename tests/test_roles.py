@@ -98,3 +98,18 @@ def test_uri_appname_names_the_web_client_only(settings: dict[str, str]) -> None
         assert app_name_of(role_store(app.registry, SEQUENCER).client) == SEQUENCER
     finally:
         shutdown(app.registry)
+
+
+def test_clients_poll_their_server_unless_the_uri_says_otherwise() -> None:
+    """A polling monitor checks the server again at once after an error
+    that marked it unknown; the URI's own choice wins."""
+    from openprocurement_feed.roles import client_options
+
+    assert client_options("mongodb://h/", "a", 5000, role=True)["serverMonitoringMode"] == "poll"
+    chosen = client_options("mongodb://h/?serverMonitoringMode=stream", "a", 5000, role=False)
+    assert "serverMonitoringMode" not in chosen
+    client: MongoClient[Any] = MongoClient("mongodb://h/", connect=False, **client_options("mongodb://h/", "a", 5, True))
+    try:
+        assert client.options.server_monitoring_mode == "poll"
+    finally:
+        client.close()
