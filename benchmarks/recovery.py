@@ -65,7 +65,9 @@ def one_round(uri: str, db_name: str, web: Any, tender: str, mode: str, hold: fl
         cleared = time.monotonic()
         while observer.stats.events <= before:
             if time.monotonic() - cleared > TIMEOUT:
-                raise RuntimeError(f"{mode}: the observer did not read the patch within {TIMEOUT:g} s of the fault's end")
+                raise RuntimeError(
+                    f"{mode}: the observer did not read the patch within {TIMEOUT:g} s of the fault's end"
+                )
             time.sleep(0.01)
         return time.monotonic() - cleared
     finally:
@@ -104,4 +106,3 @@ def run(rounds: int = 4, hold: float = 3.0) -> dict[str, list[float]]:
     print(f"\ncode 91 on the observer's reads for {hold:g} s, {rounds} rounds per mode:")
     print(table(["monitoring", "median s", "min s", "max s"], rows))
     return results
-

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from benchmarks.common import insert_public_tenders
 from pymongo import MongoClient, monitoring
 
+from benchmarks.common import insert_public_tenders
 from openprocurement_feed.demo.documents import tender
 from openprocurement_feed.reconcile.items import Bound
 from openprocurement_feed.reconcile.negentropy import Negentropy

@@ -108,7 +108,9 @@ def test_clients_poll_their_server_unless_the_uri_says_otherwise() -> None:
     assert client_options("mongodb://h/", "a", 5000, role=True)["serverMonitoringMode"] == "poll"
     chosen = client_options("mongodb://h/?serverMonitoringMode=stream", "a", 5000, role=False)
     assert "serverMonitoringMode" not in chosen
-    client: MongoClient[Any] = MongoClient("mongodb://h/", connect=False, **client_options("mongodb://h/", "a", 5, True))
+    client: MongoClient[Any] = MongoClient(
+        "mongodb://h/", connect=False, **client_options("mongodb://h/", "a", 5, True)
+    )
     try:
         assert client.options.server_monitoring_mode == "poll"
     finally:
