@@ -281,20 +281,18 @@ def test_the_commit_order_keeps_every_write_under_each_kind_of_fault(fault_uri: 
     cells = [
         Cell("election", WEB, "commitTransaction", 10107),
         Cell("dropped", WEB, "commitTransaction"),
-        Cell("election", SEQUENCER, "getMore", 11602, sustained=True),
+        Cell("election", SEQUENCER, "update", 11602, sustained=True),
         Cell("max-time", WEB, "find", 50, sustained=True),
         Cell("history-lost", SEQUENCER, "getMore", 286),
         Cell("slow", WEB, "commitTransaction"),
         # aimed at a command its client never sends: nothing to prove
         Cell("election", LONGPOLL, "insert", 10107),
     ]
-    # The sequencer's outage shows in the health view while it lasts. The
-    # driver resumes its stream by itself after the error and, the server
-    # marked unknown, waits in server selection until its monitor has seen
-    # the server again: at once or up to two server selection time-outs
-    # (5 s each) and the sequencer's retry, so the fault is held until the
-    # view shows it (the view counts a read that has not returned for 2 s
-    # as a failure), and the crawlers get that long to catch up.
+    # The sequencer's outage shows in the health view while it lasts: its
+    # writes fail (a fault on its stream's getMore alone is resumed by the
+    # driver, whose reopened stream's first batches keep it following), so
+    # the fault is held until the view shows it, and the crawlers get that
+    # long to catch up.
     outage = cells[2].name
     *results, nobody = _run(fault_uri, "commit", cells, settle=15.0, hold_until={outage: "at-risk"})
     for result in results:
@@ -339,10 +337,13 @@ def test_the_health_view_and_the_metrics_show_a_failing_sequencer_while_it_fails
             return next(feed for feed in body["feeds"] if feed["name"] == "tenders")
 
         assert tenders()["verdict"] == "ok" and "failing" not in tenders()["watcher"]
-        cell = Cell("election", SEQUENCER, "getMore", 11602, sustained=True)
-        with fail.armed(cell.fail_point(SEQUENCER_APP)):
-            # the driver resumes the stream by itself and waits in server
-            # selection: first a read that does not return, then its error
+        # its reads fail, and so does every reopening of its stream (the
+        # driver resumes a stream whose getMore alone fails)
+        outage = {
+            "mode": "alwaysOn",
+            "data": {"failCommands": ["getMore", "aggregate"], "errorCode": 11602, "appName": SEQUENCER_APP},
+        }
+        with fail.armed(outage):
             _wait_for(lambda: "failing" in tenders()["watcher"], "the failing sequencer in the health view")
             feed = tenders()
             assert feed["verdict"] == "at-risk", feed
