@@ -224,6 +224,7 @@ def reachable(client: Any, timeout: float = 60.0) -> None:
             return
         except PyMongoError:
             assert time.monotonic() < deadline, "the client did not find its server again"
+            time.sleep(0.05)
 
 
 def _run(
