@@ -320,13 +320,19 @@ def test_longpoll_figures_in_health_and_metrics(server_factory: Callable[..., De
     pytest.importorskip("prometheus_client")
     server = server_factory(**{"feed.metrics_path": "/metrics", "feed.longpoll_max_waiters": "1"})
     offset = head_offset(server)
-    url = f"{server.api_url}/tenders?feed=longpoll&timeout=1&offset={offset}"
+    # it waits until a write wakes it, however long the scrape takes
+    url = f"{server.api_url}/tenders?feed=longpoll&timeout=30&offset={offset}"
     holder = call(url)
     wait_for(lambda: server.registry.feed_longpoll.waiting == 1)
     text = requests.get(server.url + "/metrics", timeout=10).text
     assert 'openprocurement_feed_longpoll_waiters{feed="tenders"} 1.0' in text
     assert requests.get(url, timeout=10).headers["Retry-After"] == "1"
-    holder.result()
+    create(server)
+    woken = holder.result().json()
+    assert woken["data"]
+    # at the head again, nothing written: it times out
+    head = f"{server.api_url}/tenders?feed=longpoll&timeout=0.3&offset={woken['next_page']['offset']}"
+    assert requests.get(head, timeout=30).json()["data"] == []
     text = requests.get(server.url + "/metrics", timeout=10).text
     assert 'openprocurement_feed_longpoll_waiters{feed="tenders"} 0.0' in text
     assert 'openprocurement_feed_longpoll_timeouts_total{feed="tenders"} 1.0' in text
@@ -335,10 +341,10 @@ def test_longpoll_figures_in_health_and_metrics(server_factory: Callable[..., De
     (feed,) = [item for item in health["feeds"] if item["name"] == "tenders"]
     assert feed["longpoll"] == {
         "waiting": 0,
-        "wakeups": 0,
+        "wakeups": 1,
         "timeouts": 1,
         "over_cap": 1,
-        "answered": 2,
+        "answered": 3,
         "gone": 0,
         "max_waiters": 1,
     }
