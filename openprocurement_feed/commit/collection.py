@@ -15,7 +15,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from .aggregates import AggregateKeeper
 from .dbstream import DatabaseStream
-from .errors import HISTORY_LOST_CODES, SequencerError
+from .errors import HISTORY_LOST_CODES, REFUSED_POINT_CODES, SequencerError
 from .lag import event_lag
 from .recovery import CollectionRecovery
 from .stamps import predecessor
@@ -71,26 +71,55 @@ class CollectionSequencer(CollectionRecovery):
         the present on its first start or when that point has left the
         oplog (the stretch it could not measure is recorded in its stats
         and published). A sequencer of positions reads its database's
-        stream: :class:`~.dbstream.DatabaseStream`."""
+        stream: :class:`~.dbstream.DatabaseStream`.
+
+        The points it resumes from, in turn (:meth:`resume_points`): the
+        stream's token after the last batch, the last event's own token,
+        the time of its first start when it has measured no event. A
+        server may refuse the first (the embedded server refuses a
+        post-batch token that names another collection's write, code 13);
+        a point whose history has left the oplog ends the search."""
         if not self.observe:
             raise SequencerError(f"collection {self.name!r}: a sequencer of positions reads its database's stream")
-        token = self.observed_token
-        if token is None:
-            return self._watch()
-        try:
-            return self._watch(resume_after=token)
-        except OperationFailure as error:
-            if error.code not in HISTORY_LOST_CODES:
-                raise
+        if self.observed_token is None and self.observed_since is None:
+            self.observed_since = self.collection.database.command("ping").get("operationTime")
+            if self.observed_since is None:  # a server without operation times
+                return self._watch()
+            return self._watch(start_at_operation_time=self.observed_since)
+        refused: OperationFailure | None = None
+        for point in self.resume_points():
+            try:
+                return self._watch(**point)
+            except OperationFailure as error:
+                if error.code in HISTORY_LOST_CODES:
+                    refused = error
+                    break
+                if error.code not in REFUSED_POINT_CODES:
+                    raise
+                refused = error
+                log.warning("Observer of %r: its resume point was refused (%s); trying the next", self.name, error)
+        if refused is not None:
+            why = "has left the oplog" if refused.code in HISTORY_LOST_CODES else "was refused"
             log.warning(
-                "Observer of %r: its resume point has left the oplog (%s); "
-                "the writes committed since its last read are not measured",
+                "Observer of %r: its resume point %s (%s); the writes committed since its last read are not measured",
                 self.name,
-                (error.details or {}).get("codeName"),
+                why,
+                (refused.details or {}).get("codeName"),
             )
-        self.observed_token = None
+        self.observed_token = self.event_token = None
         self.stats.history_lost()
         return self._watch()
+
+    def resume_points(self) -> list[dict[str, Any]]:
+        """The options of :meth:`_watch` an observer resumes with, in turn."""
+        points: list[dict[str, Any]] = []
+        if self.observed_token is not None:
+            points.append({"resume_after": self.observed_token})
+        if self.event_token is not None and self.event_token != self.observed_token:
+            points.append({"resume_after": self.event_token})
+        if self.event_token is None and self.observed_since is not None:
+            points.append({"start_at_operation_time": self.observed_since})
+        return points
 
     def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
         """The events of one batch, and whether the stream was caught up at
@@ -136,6 +165,8 @@ class CollectionSequencer(CollectionRecovery):
             self.stats.events += len(events)
             # measured through here: a stream reopened after an error resumes after it
             self.observed_token = stream.resume_token or self.observed_token
+            if events:
+                self.event_token = events[-1]["_id"]
             self.heartbeat(caught_up)
             return
         if not events:

@@ -201,6 +201,10 @@ class CollectionEntries:
         self.rematerializer: threading.Thread | None = None
         #: an observer's point: the stream's token after the last batch it measured
         self.observed_token: Mapping[str, Any] | None = None
+        #: an observer's exact point: the token of the last event it measured
+        self.event_token: Mapping[str, Any] | None = None
+        #: the database's time when an observer first opened its stream
+        self.observed_since: Timestamp | None = None
 
     # -- entries ------------------------------------------------------------
 
