@@ -59,9 +59,7 @@ def test_an_observer_resumes_after_another_collections_write(mongo_client: Mongo
     assert observer.stats.unmeasured is None
 
 
-def test_an_observer_that_measured_nothing_resumes_from_its_start(
-    mongo_client: MongoClient[Any], db_name: str
-) -> None:
+def test_an_observer_that_measured_nothing_resumes_from_its_start(mongo_client: MongoClient[Any], db_name: str) -> None:
     observer = CollectionSequencer(mongo_client[db_name].tenders, observe=True)
     with observer.open() as stream:
         other_writes(mongo_client, db_name)
