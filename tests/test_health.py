@@ -182,7 +182,9 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
         health_after(web, 3)
         assert cli_main(["monitor", server.api_url, "--check"]) == 1
         assert capsys.readouterr().out.startswith("at-risk: tenders at-risk")
-    values.update({"demo.write_delay_ms": "0"})  # a new observer: a window of its own
+    # a new observer (a window of its own), and a W whose half no write of
+    # a busy machine's takes
+    values.update({"demo.write_delay_ms": "0", "feed.watermark_seconds": "10"})
     with DemoServer(values) as server:
         web = TestApp(server.app)
         wait_watching(web)
