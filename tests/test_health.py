@@ -55,19 +55,22 @@ def health_after(web: TestApp, samples: int, status: int | None = None, timeout:
 
 
 @pytest.mark.parametrize(
-    "delay, verdict, status, low, high",
+    "watermark, delay, verdict, status",
     [
-        ("600-900", "at-risk", 200, 550, 1000),
-        ("1200-1500", "violated", 503, 1150, 1600),
-        # the lag of 5-40 ms writes, with a loaded machine's slack: far below
-        # the 600 ms the at-risk case measures
-        ("5-40", "ok", 200, 0, 450),
+        # writes held 2.1-2.5 s under a W of 4 s: past W/2 by their delay,
+        # and a loaded machine's extra commit time (measured: 650 ms) stays
+        # below W
+        ("4", "2100-2500", "at-risk", 200),
+        ("1", "1200-1500", "violated", 503),
+        # 5-40 ms writes: a loaded machine's slack (measured: a plain write
+        # took 611 ms) stays far below W/2
+        ("10", "5-40", "ok", 200),
     ],
 )
 def test_the_verdict_follows_the_measured_lag(
-    settings: dict[str, str], delay: str, verdict: str, status: int, low: float, high: float
+    settings: dict[str, str], watermark: str, delay: str, verdict: str, status: int
 ) -> None:
-    web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms=delay)
+    web = app_with(settings, feed_sequencer="observe", demo_write_delay_ms=delay, feed_watermark_seconds=watermark)
     try:
         wait_watching(web)
         write_concurrently(web, 4)
@@ -75,11 +78,13 @@ def test_the_verdict_follows_the_measured_lag(
         body = response.json
         feed = body["feeds"][0]
         assert body["status"] == verdict == feed["verdict"], feed["reason"]
-        assert feed["order"] == "watermark" and feed["watermark_seconds"] == 1.0
+        assert feed["order"] == "watermark" and feed["watermark_seconds"] == float(watermark)
         assert feed["watcher"]["running"] is True
         lag = feed["lag_ms"]
         assert lag["count"] >= 4 and lag["window_seconds"] == 300.0
-        assert low <= lag["p50"] <= lag["max"] <= high, lag
+        # the lag measured holds the write's delay (a busy machine only adds)
+        low = int(delay.split("-")[0]) - 50
+        assert low <= lag["p50"] <= lag["max"], lag
     finally:
         shutdown(web.app.registry)
 
