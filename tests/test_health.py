@@ -179,7 +179,8 @@ def test_monitor_check_reads_the_real_health_view(settings: dict[str, str], caps
     with DemoServer(values) as server:
         assert cli_main(["monitor", server.api_url, "--check"]) == 1
         assert capsys.readouterr().out.startswith("unknown: tenders unknown")
-    values.update({"feed.sequencer": "observe", "demo.write_delay_ms": "600-700"})
+    # writes held past W/2, a loaded machine's extra time below W
+    values.update({"feed.sequencer": "observe", "demo.write_delay_ms": "2100-2500", "feed.watermark_seconds": "4"})
     with DemoServer(values) as server:
         web = TestApp(server.app)
         wait_watching(web)
