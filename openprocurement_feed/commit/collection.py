@@ -68,24 +68,22 @@ class CollectionSequencer(CollectionRecovery):
     def open(self) -> CollectionChangeStream[Any]:
         """An observer's stream: after the last batch it measured when it
         reopens after an error (what committed meanwhile is measured), from
-        the present on its first start or when that point has left the
-        oplog (the stretch it could not measure is recorded in its stats
-        and published). A sequencer of positions reads its database's
+        the present (:meth:`_start`) on its first start or when no point
+        could resume (the stretch it could not measure is recorded in its
+        stats and published). A sequencer of positions reads its database's
         stream: :class:`~.dbstream.DatabaseStream`.
 
         The points it resumes from, in turn (:meth:`resume_points`): the
         stream's token after the last batch, the last event's own token,
-        the time of its first start when it has measured no event. A
-        server may refuse the first (the embedded server refuses a
-        post-batch token that names another collection's write, code 13);
-        a point whose history has left the oplog ends the search."""
+        the time of its start when it has measured no event since. A
+        server may refuse the first (the embedded server names a command of
+        the database there, another collection created or indexed, and
+        refuses it, code 13); a point whose history has left the oplog ends
+        the search."""
         if not self.observe:
             raise SequencerError(f"collection {self.name!r}: a sequencer of positions reads its database's stream")
         if self.observed_token is None and self.observed_since is None:
-            self.observed_since = self.collection.database.command("ping").get("operationTime")
-            if self.observed_since is None:  # a server without operation times
-                return self._watch()
-            return self._watch(start_at_operation_time=self.observed_since)
+            return self._start()
         refused: OperationFailure | None = None
         for point in self.resume_points():
             try:
@@ -106,9 +104,18 @@ class CollectionSequencer(CollectionRecovery):
                 why,
                 (refused.details or {}).get("codeName"),
             )
-        self.observed_token = self.event_token = None
         self.stats.history_lost()
-        return self._watch()
+        return self._start()
+
+    def _start(self) -> CollectionChangeStream[Any]:
+        """An observer's stream from the present: from the database's time
+        now (one ``ping``), kept as the point to resume from until it
+        measures an event."""
+        self.observed_token = self.event_token = None
+        self.observed_since = self.collection.database.command("ping").get("operationTime")
+        if self.observed_since is None:  # a server without operation times
+            return self._watch()
+        return self._watch(start_at_operation_time=self.observed_since)
 
     def resume_points(self) -> list[dict[str, Any]]:
         """The options of :meth:`_watch` an observer resumes with, in turn."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 HISTORY_LOST_CODES = frozenset({136, 280, 286})
 #: Codes of a resume point a server refuses, where another point may do:
 #: 13 (Unauthorized: the embedded server refuses a post-batch token that
-#: names a write of another collection) and 260 (InvalidResumeToken).
+#: names a command of the database) and 260 (InvalidResumeToken).
 REFUSED_POINT_CODES = frozenset({13, 260})
 
 
