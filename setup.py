@@ -25,6 +25,10 @@ DEPLOY = ["gunicorn>=23", "gevent>=24.10.1"]
 # The pictures (race --plot, python -m benchmarks orders --plot, ops/e2e.py
 # --plot, make plots); the docs' figures are drawn with it.
 PLOT = ["matplotlib>=3.7"]
+# The mirror (openprocurement-feed mirror, verify --db, export): the
+# crawler's copy in SQLite or PostgreSQL through SQLAlchemy Core, psycopg 3
+# as PostgreSQL's driver.
+MIRROR = ["sqlalchemy>=2.0", "psycopg[binary]>=3.1"]
 TEST = [
     "build>=1.0",
     "pytest>=7.4",
@@ -54,6 +58,7 @@ TEST = [
     *FAST,
     *DEPLOY,
     *PLOT,
+    *MIRROR,
 ]
 # The maintenance checks (make lint): ruff lints and checks the format, mypy
 # checks the types, bandit looks for security mistakes, lint-imports keeps the
@@ -108,6 +113,7 @@ setup(
         "fast": FAST,
         "deploy": DEPLOY,
         "plot": PLOT,
+        "mirror": MIRROR,
         "test": TEST,
         "lint": LINT,
         "matrix": MATRIX,
