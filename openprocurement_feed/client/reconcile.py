@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -46,8 +45,9 @@ import requests
 
 from ..reconcile.errors import ProtocolError, UnsupportedVersion
 from ..reconcile.negentropy import Negentropy
-from ..reconcile.records import is_feed_id, object_id, record_id, timestamp_us
-from ..reconcile.storage import VectorStorage
+from ..reconcile.records import object_id, record_id, timestamp_us
+from ..reconcile.storage import Storage
+from .copies import Copy, MemoryCopy, ReconcileResult, RoundReport, read_store
 from .errors import FeedError
 from .http import (
     FeedHTTP,
@@ -76,79 +76,6 @@ class ReconcileError(FeedError):
     answer, an answer that is not a Negentropy message."""
 
 
-@dataclass(frozen=True)
-class RoundReport:
-    """One round, as it ended: handed to ``on_round``.
-
-    ``have`` / ``need`` count the ids found so far that only the copy /
-    only the feed holds; the bytes are bodies, request and answer."""
-
-    round: int
-    sent: int
-    received: int
-    have: int
-    need: int
-    elapsed: float
-
-
-@dataclass
-class ReconcileResult:
-    """What a reconciliation found.
-
-    The lists hold object ids, sorted. ``objects`` keeps what the second
-    read returned (object id → the object, None when it answered ``404``),
-    so that a repair need not read those again. The bytes are HTTP bodies:
-    the rounds' messages, the ``GET`` of the horizon, and apart from them
-    the objects read once more (``recheck_bytes``).
-    """
-
-    endpoint: str
-    until: int
-    frame_size_limit: int
-    feed_records: int
-    copy_records: int
-    missing: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)
-    rounds: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    recheck_bytes: int = 0
-    rechecked: int = 0
-    elapsed: float = 0.0
-    objects: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
-
-    @property
-    def differences(self) -> int:
-        """Missing, stale and extra objects (changed ones are not differences)."""
-        return len(self.missing) + len(self.stale) + len(self.extra)
-
-    @property
-    def in_sync(self) -> bool:
-        """True when the copy holds exactly the feed's set below ``until``."""
-        return self.differences == 0
-
-    def as_json(self) -> dict[str, Any]:
-        """The result as ``verify --json`` prints it."""
-        return {
-            "in_sync": self.in_sync,
-            "endpoint": self.endpoint,
-            "until": self.until,
-            "feed_records": self.feed_records,
-            "copy_records": self.copy_records,
-            "missing": self.missing,
-            "stale": self.stale,
-            "extra": self.extra,
-            "changed": self.changed,
-            "rounds": self.rounds,
-            "bytes_sent": self.bytes_sent,
-            "bytes_received": self.bytes_received,
-            "recheck_bytes": self.recheck_bytes,
-            "elapsed": round(self.elapsed, 3),
-        }
-
-
 def reconcile_url(feed_url: str) -> str:
     """The reconcile endpoint of the feed at ``feed_url``:
     ``https://host/api/2.5/tenders`` → ``https://host/api/2.5/feeds/tenders/reconcile``
@@ -163,24 +90,6 @@ def reconcile_url(feed_url: str) -> str:
     if not name:
         raise FeedError(f"the feed URL {feed_url!r} names no feed (expected e.g. https://host/api/2.5/tenders)")
     return urlunsplit((parts.scheme, parts.netloc, f"{prefix}/feeds/{name}/reconcile", "", ""))
-
-
-def read_store(store: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """Object id (lower case) → the microseconds of its ``dateModified``;
-    the last pair of an id wins.
-
-    :raises ValueError: an id that is not 32 hexadecimal digits, or a
-        ``dateModified`` that is not an ISO 8601 time with an offset.
-    """
-    held: dict[str, int] = {}
-    for key, date_modified in store:
-        if not isinstance(key, str) or not is_feed_id(key.lower()):
-            raise ValueError(f"the id {key!r} is not 32 hexadecimal digits: it has no reconcile record")
-        try:
-            held[key.lower()] = timestamp_us(date_modified)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"{key}: {error}") from None
-    return held
 
 
 class FeedReconciler:
@@ -272,13 +181,15 @@ class FeedReconciler:
 
     def run(
         self,
-        store: Iterable[tuple[str, str]],
+        store: Iterable[tuple[str, str]] | Copy,
         *,
         on_round: Callable[[RoundReport], None] | None = None,
         recheck: bool = True,
         max_rounds: int = MAX_ROUNDS,
     ) -> ReconcileResult:
-        """Reconcile ``store`` (``(id, dateModified)`` pairs) with the feed.
+        """Reconcile ``store`` with the feed: ``(id, dateModified)`` pairs,
+        or a :class:`~.copies.Copy` that reads its records itself (a
+        database's index, streamed).
 
         :raises ValueError: a pair of the store is not a feed record.
         :raises ReconcileError: the endpoint refused, or answered bytes that
@@ -288,16 +199,30 @@ class FeedReconciler:
         """
         started = time.monotonic()
         reread_before = self.recheck_bytes
-        held = read_store(store)
+        copy = store if isinstance(store, Copy) else MemoryCopy.of(store)
         answer, horizon_bytes = self.horizon()
         until = answer["until"]
-        storage = VectorStorage()
-        below = 0
-        for key, timestamp in held.items():
-            if timestamp < until:
-                storage.insert(timestamp, record_id(key, timestamp))
-                below += 1
-        storage.seal()
+        with copy.snapshot(until) as snapshot:
+            storage = snapshot.storage()
+            result, have, need = self._rounds(storage, answer, horizon_bytes, on_round, max_rounds, started)
+            held = snapshot.versions({object_id(one) for one in have | need})
+        self.sort(result, held, have, need, recheck)
+        result.recheck_bytes = self.recheck_bytes - reread_before
+        result.elapsed = time.monotonic() - started
+        return result
+
+    def _rounds(
+        self,
+        storage: Storage,
+        answer: dict[str, Any],
+        horizon_bytes: int,
+        on_round: Callable[[RoundReport], None] | None,
+        max_rounds: int,
+        started: float,
+    ) -> tuple[ReconcileResult, set[bytes], set[bytes]]:
+        """The rounds over ``storage``: the result so far, the ids only the
+        copy has and those only the feed has."""
+        until = answer["until"]
         limit = answer["frame_size_limit"]
         try:
             negentropy = Negentropy(storage, frame_size_limit=limit)
@@ -308,7 +233,7 @@ class FeedReconciler:
             until=until,
             frame_size_limit=limit,
             feed_records=int(answer.get("records") or 0),
-            copy_records=below,
+            copy_records=storage.size(),
             bytes_received=horizon_bytes,
         )
         have: set[bytes] = set()
@@ -345,10 +270,7 @@ class FeedReconciler:
                         time.monotonic() - started,
                     )
                 )
-        self.sort(result, held, have, need, recheck)
-        result.recheck_bytes = self.recheck_bytes - reread_before
-        result.elapsed = time.monotonic() - started
-        return result
+        return result, have, need
 
     def sort(
         self, result: ReconcileResult, held: dict[str, int], have: set[bytes], need: set[bytes], recheck: bool
@@ -474,10 +396,13 @@ __all__ = [
     "MAX_ROUNDS",
     "PROTOCOL",
     "RECONCILE_RETRY",
+    "Copy",
     "FeedReconciler",
+    "MemoryCopy",
     "ReconcileError",
     "ReconcileResult",
     "RoundReport",
+    "read_store",
     "reconcile_feed",
     "reconcile_url",
 ]
