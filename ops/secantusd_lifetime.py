@@ -2,14 +2,20 @@
 
     python ops/secantusd_lifetime.py SECONDS --host 127.0.0.1 --port ... (secantusd-py's flags)
 
+A thin wrapper of the embedded server's launcher
+(``openprocurement_feed/embedded/launcher.py``, loaded by path)::
+
+    python openprocurement_feed/embedded/launcher.py --transaction-lifetime SECONDS -- FLAGS...
+
 It is ``secantusd-py`` (``secantus.cli.main``, same flags, same behaviour)
 with one difference: an open transaction idle for SECONDS is aborted, where
 ``secantusd-py`` waits 60 s (mongod's default ``transactionLifetimeLimitSeconds``)
-and has no flag to change it. The server's constructor takes the lifetime;
-its command line does not pass it on. It lives here, outside the package,
-because the package never imports SecantusDB (GPL-2.0; the package is
-Apache-2.0): :class:`openprocurement_feed.embedded.server.EmbeddedServer` runs it
-as a separate program when given ``launcher=(python, this file, SECONDS)``.
+and has no flag to change it (and, like every server the launcher starts,
+with the WiredTiger binding's leak of closed sessions and cursors mended
+where the binding has it). It runs as a separate program because the package
+never imports SecantusDB (GPL-2.0; the package is Apache-2.0):
+:class:`openprocurement_feed.embedded.server.EmbeddedServer` runs it when given
+``launcher=(python, this file, SECONDS)``.
 
 Why it matters: a client killed inside a transaction (a web worker
 ``kill -9``'d between its write and its commit) leaves the transaction open
@@ -27,12 +33,17 @@ stall on it.
 
 from __future__ import annotations
 
-import functools
-import inspect
+import importlib.util
 import os
 import sys
+from types import ModuleType
 
 USAGE = "usage: secantusd_lifetime.py SECONDS SECANTUSD-FLAGS..."
+
+#: The embedded server's launcher, which this file wraps.
+LAUNCHER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "openprocurement_feed", "embedded", "launcher.py"
+)
 
 
 def parse_seconds(text: str) -> float:
@@ -41,6 +52,16 @@ def parse_seconds(text: str) -> float:
     if not seconds > 0:
         raise ValueError(f"the transaction lifetime must be above 0 seconds, not {text}")
     return seconds
+
+
+def load_launcher() -> ModuleType:
+    """The embedded server's launcher, loaded by path (not through the
+    package, whose imports the server's process does not need)."""
+    spec = importlib.util.spec_from_file_location("embedded_launcher", LAUNCHER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: list[str]) -> int:
@@ -57,16 +78,7 @@ def main(argv: list[str]) -> int:
     # shadow the server's imports.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
-    from secantus import cli, server  # type: ignore[import-untyped]
-
-    parameter = "transaction_lifetime_seconds"
-    if parameter not in inspect.signature(server.SecantusDBServer).parameters:
-        print(f"this SecantusDB server takes no {parameter}: cannot set the transaction lifetime", file=sys.stderr)
-        return 2
-    # secantus.cli.main builds its server with the name it imported: give it
-    # one that passes the lifetime (the package itself is not changed).
-    cli.SecantusDBServer = functools.partial(server.SecantusDBServer, **{parameter: seconds})
-    return int(cli.main(argv[1:]))
+    return int(load_launcher().main(["--transaction-lifetime", repr(seconds), "--", *argv[1:]]))
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a program

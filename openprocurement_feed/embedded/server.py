@@ -11,12 +11,21 @@ process ends, SIGTERM included: the server runs under a small guard process
 (:mod:`.guard`) that removes the folder when the server exits.
 ``embedded:///some/dir`` keeps the data in that folder instead (it survives
 restarts and ``pserve --reload``).
+
+The server runs through the package's launcher (:data:`LAUNCHER`, a separate
+program run by path, never imported), which mends a memory leak of the
+WiredTiger binding bundled with SecantusDB in the server's own process where
+its start-up self-test shows the leak: without it the server keeps every
+session and cursor it closed, a few of each per multi-document transaction
+and per change-stream ``getMore``. :attr:`EmbeddedServer.leak_mend` and the
+log say what became of it; ``mend_leaks=False`` starts the server without it.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import importlib.util
 import logging
 import os
 import shutil
@@ -39,6 +48,14 @@ log = logging.getLogger("openprocurement_feed.embedded")  # its name from before
 EXECUTABLE = "secantusd-py"
 #: The guard that removes a throwaway folder when the server exits.
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
+#: The launcher that runs the server with the binding's leak mended
+#: (:mod:`.launcher`: run by path as a program of its own, never imported).
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+#: The start of the launcher's line that says what became of the mend
+#: (``launcher.MEND_PREFIX``; the launcher is never imported).
+MEND_PREFIX = "embedded launcher: binding leak mend: "
+#: The package that the launcher runs in the server's process.
+SERVER_PACKAGE = "secantus"
 INSTALL_HINT = "The embedded database needs the 'embedded' extra: pip install 'openprocurement_feed[embedded]'"
 
 
@@ -119,9 +136,15 @@ class EmbeddedServer:
     :param extra_args: more ``secantusd-py`` flags, e.g.
         ``("--oplog-max-entries", "500")`` to bound the oplog.
     :param launcher: a command that takes ``secantusd-py``'s flags and runs
-        the server in its place, e.g. ``(sys.executable,
-        "ops/secantusd_lifetime.py", "5")`` for a transaction lifetime of
-        5 s (the production-shaped test's); empty for ``secantusd-py``.
+        the server in its place, e.g. ``(sys.executable, LAUNCHER,
+        "--transaction-lifetime", "5")`` for a transaction lifetime of 5 s
+        (the production-shaped test's); empty for the package's launcher
+        (:data:`LAUNCHER`) with or without the mend as ``mend_leaks`` says.
+    :param mend_leaks: with the default launcher, mend the binding's leak of
+        closed sessions and cursors where the server's self-test shows it;
+        False starts the same launcher without the mend (for comparisons).
+        A given ``launcher`` decides for itself (:data:`LAUNCHER` mends
+        unless given ``--no-mend-leaks``).
     """
 
     def __init__(
@@ -132,10 +155,16 @@ class EmbeddedServer:
         startup_timeout: float = 30.0,
         extra_args: Sequence[str] = (),
         launcher: Sequence[str] = (),
+        mend_leaks: bool = True,
     ) -> None:
         self.host = host
         self.extra_args = tuple(extra_args)
         self.launcher = tuple(launcher)
+        self.mend_leaks = mend_leaks
+        #: What the launcher said of the mend once the server answered
+        #: (``applied ...``, ``not needed ...``, ``off ...``, ``failed ...``);
+        #: None when the server was started by a command that does not say.
+        self.leak_mend: str | None = None
         self.port = port
         self.storage_path = storage_path
         self.startup_timeout = startup_timeout
@@ -216,11 +245,34 @@ class EmbeddedServer:
         atexit.register(self.stop)
         self._wait_ready()
         log.info("Embedded database listening on %s (data in %s)", self.uri, path)
+        self.leak_mend = self._leak_mend()
+        if self.leak_mend is not None:
+            log.info("Embedded database binding leak mend: %s", self.leak_mend)
         return self
 
     def _server_command(self, executable: str) -> list[str]:
-        """How to start the server: :attr:`launcher`, or ``secantusd-py``."""
-        return list(self.launcher) or [executable]
+        """How to start the server: :attr:`launcher`; else :data:`LAUNCHER`
+        run by this interpreter (with ``--no-mend-leaks`` when
+        :attr:`mend_leaks` is False), or ``secantusd-py`` itself where this
+        interpreter cannot import the server."""
+        if self.launcher:
+            return list(self.launcher)
+        if importlib.util.find_spec(SERVER_PACKAGE) is None:
+            log.warning("The embedded database runs without its leak mend: %s is not importable here", SERVER_PACKAGE)
+            return [executable]
+        return [sys.executable, LAUNCHER, *(() if self.mend_leaks else ("--no-mend-leaks",)), "--"]
+
+    def _leak_mend(self) -> str | None:
+        """The launcher's word on the mend: its line at the head of the
+        server's output (read with ``pread``, which leaves the offset that the
+        server's writes share alone)."""
+        if self._log is None:
+            return None
+        head = os.pread(self._log.fileno(), 16384, 0).decode("utf-8", "replace")
+        for line in head.splitlines():
+            if line.startswith(MEND_PREFIX):
+                return line[len(MEND_PREFIX) :].strip()
+        return None
 
     def _output(self) -> str:
         if self._log is None:
