@@ -31,7 +31,7 @@ from .errors import (
 from .http import FeedHTTP, Page, RetryEvent, RetryPolicy, parse_retry_after, user_agent
 from .objects import FetchedPage, ObjectFetcher
 from .sinks import JsonLinesWriter
-from .state import FeedIdentity, StateFile, SyncState
+from .state import FeedIdentity, StateFile, StateKeeper, SyncState
 from .sync import BACKWARD, FORWARD, Batch, FeedSync, Handler, SyncStats, sync_feed
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "SeenItems",
     "StateError",
     "StateFile",
+    "StateKeeper",
     "StateMismatch",
     "SyncError",
     "SyncState",

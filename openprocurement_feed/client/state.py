@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import StateError, StateMismatch
 
@@ -123,6 +123,19 @@ def _text(value: Any) -> str:
 
 def _optional_text(value: Any) -> str | None:
     return None if value is None else _text(value)
+
+
+@runtime_checkable
+class StateKeeper(Protocol):
+    """Where a :class:`SyncState` is kept: :class:`StateFile`, or a store
+    that commits a page's items and the position after it together (the
+    mirror's database)."""
+
+    def load(self, feed: FeedIdentity) -> SyncState:
+        """The saved state for ``feed``, or a fresh one."""
+
+    def save(self, state: SyncState) -> None:
+        """Keep ``state`` durably (called after every handled page)."""
 
 
 class StateFile:

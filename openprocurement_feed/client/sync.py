@@ -34,7 +34,7 @@ from .dedup import SeenItems
 from .errors import FeedError, OffsetRejected, SyncStopped
 from .http import DEFAULT_LIMIT, FeedHTTP, Page, RetryEvent, RetryPolicy
 from .objects import DEFAULT_CONCURRENCY, ObjectFetcher
-from .state import FeedIdentity, StateFile, SyncState
+from .state import FeedIdentity, StateFile, StateKeeper, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,8 @@ class FeedSync:
 
     :param url: the feed URL, e.g. ``https://host/api/2.5/tenders``.
     :param handler: called with a :class:`Batch` per page with new items.
-    :param state: the state file path (or a :class:`StateFile`); None keeps
-        the position in memory only.
+    :param state: the state file path (or a :class:`StateFile`, or any
+        :class:`~.state.StateKeeper`); None keeps the position in memory only.
     :param mode: ``mode`` query parameter (``test``, ``_all_``); None takes
         it from the URL.
     :param opt_fields: extra fields to ask for; None takes them from the URL.
@@ -156,6 +156,9 @@ class FeedSync:
         fetched, the next page is already requested.
     :param fetch_concurrency: object requests in flight at most.
     :param object_session: a :class:`requests.Session` for the objects.
+    :param on_caught_up: called each time a following sync finds the feed
+        caught up, before it waits for the next change (a periodic job that
+        must not run while the crawl is behind).
 
     :raises ~openprocurement_feed.client.StateMismatch: the state file belongs
         to another feed.
@@ -167,7 +170,7 @@ class FeedSync:
         self,
         url: str,
         handler: Handler,
-        state: str | os.PathLike[str] | StateFile | None = None,
+        state: str | os.PathLike[str] | StateKeeper | None = None,
         *,
         mode: str | None = None,
         opt_fields: Iterable[str] | None = None,
@@ -186,6 +189,7 @@ class FeedSync:
         fetch_objects: bool = False,
         fetch_concurrency: int = DEFAULT_CONCURRENCY,
         object_session: requests.Session | None = None,
+        on_caught_up: Callable[[], None] | None = None,
     ) -> None:
         if fetch_concurrency < 1:
             raise ValueError(f"fetch_concurrency must be >= 1, got {fetch_concurrency}")
@@ -195,6 +199,7 @@ class FeedSync:
         self.on_progress = on_progress
         self.on_retry = on_retry
         self.max_restarts = max_restarts
+        self.on_caught_up = on_caught_up
         self._sleep_function = sleep
         self._stopping = threading.Event()
         self.http = FeedHTTP(
@@ -210,7 +215,8 @@ class FeedSync:
             on_retry=self._retried,
             longpoll=longpoll,
         )
-        if state is None or isinstance(state, StateFile):
+        self.state_file: StateKeeper | None
+        if state is None or isinstance(state, StateKeeper):
             self.state_file = state
         else:
             self.state_file = StateFile(state)
@@ -338,6 +344,8 @@ class FeedSync:
         self._progress()
         if not follow:
             return False
+        if self.on_caught_up is not None:
+            self.on_caught_up()
         self._sleep(self.pause_after(page))
         return True
 
