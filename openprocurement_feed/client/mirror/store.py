@@ -1,0 +1,283 @@
+"""The mirror's store: one interface, SQLite or PostgreSQL behind it.
+
+* :meth:`MirrorStore.write_page`: a page's rows and the crawl's position
+  after it in one transaction (a ``kill -9`` at any moment loses nothing and
+  takes no row back); a row is replaced only by a newer ``dateModified``
+  (a replayed page changes nothing);
+* :meth:`MirrorStore.load_state`: the position;
+* :meth:`MirrorStore.copy`: the feed's rows as a check reads them, streamed
+  from the index ``(feed, modified_us, id)`` (:mod:`.index`);
+* :meth:`MirrorStore.repair`: a check's repair, in one transaction.
+
+Opening a database writes nothing (:meth:`MirrorStore.open`): the schema is
+made by :meth:`MirrorStore.create_schema`, once the caller knows that its
+input is good.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, func, inspect, select, update
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from ...reconcile.records import timestamp_us
+from .index import TableCopy
+from .schema import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    MirrorError,
+    database_url,
+    feed_objects,
+    feed_schema,
+    feed_state,
+    make_engine,
+    metadata,
+)
+
+__all__ = ["MirrorStore", "Row", "now_text", "row_of"]
+
+#: A row of ``feed_objects`` as the store writes it (without ``feed``).
+Row = dict[str, Any]
+
+
+def now_text() -> str:
+    """The time now, as ``feed_state`` keeps it (ISO 8601, UTC, milliseconds)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def row_of(data: dict[str, Any]) -> Row:
+    """The row of an item or object: its id, ``dateModified`` as served and
+    in microseconds, and the data.
+
+    :raises ValueError: no id, or a ``dateModified`` that is no ISO 8601 time.
+    """
+    key = data.get("id")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"an item without an id: {data!r:.200}")
+    date_modified = data.get("dateModified")
+    return {
+        "id": key,
+        "date_modified": date_modified,
+        "modified_us": timestamp_us(date_modified),  # type: ignore[arg-type]
+        "data": data,
+    }
+
+
+def newest_rows(rows: Iterable[Row]) -> list[Row]:
+    """One row per id: the newest (one statement may not touch a row twice)."""
+    kept: dict[str, Row] = {}
+    for row in rows:
+        held = kept.get(row["id"])
+        if held is None or held["modified_us"] < row["modified_us"]:
+            kept[row["id"]] = row
+    return list(kept.values())
+
+
+class MirrorStore:
+    """The mirror's database (``url``: ``sqlite:///FILE``, a path, or
+    ``postgresql://...``). See the module's docstring."""
+
+    def __init__(self, engine: Engine, where: str) -> None:
+        self.engine = engine
+        self.where = where
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    @classmethod
+    def open(cls, url: str, must_exist: bool = False) -> MirrorStore:
+        """The database at ``url``, its schema checked; nothing is written.
+
+        :raises MirrorError: another scheme, unreachable (SQLite: no such
+            folder, or a file that is not a database), a schema of another
+            version or tables of the same names that this package did not make.
+        """
+        parsed = database_url(url)
+        where = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() == "sqlite":
+            path = str(parsed.database)
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise MirrorError(f"cannot open the database {where}: the folder {folder} does not exist")
+            if not os.path.exists(path):
+                if must_exist:
+                    raise MirrorError(f"cannot open the database {where}: no such file")
+                return cls(make_engine(parsed), where)  # made by create_schema
+        store = cls(make_engine(parsed), where)
+        try:
+            store.check_schema(must_exist)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def check_schema(self, must_exist: bool = False) -> bool:
+        """Whether the schema is there (of this version).
+
+        :raises MirrorError: unreachable, another version, foreign tables.
+        """
+        try:
+            with self.engine.connect() as connection:
+                tables = set(inspect(connection).get_table_names())
+                if "feed_schema" not in tables:
+                    mine = {"feed_objects", "feed_state"} & tables
+                    if mine:
+                        raise MirrorError(
+                            f"the database {self.where} has tables {', '.join(sorted(mine))} but no feed_schema: "
+                            "not a mirror of this package's schema"
+                        )
+                    if must_exist:
+                        raise MirrorError(f"the database {self.where} holds no mirror (no feed_schema table)")
+                    return False
+                version = connection.execute(
+                    select(feed_schema.c.version).where(feed_schema.c.name == SCHEMA_NAME)
+                ).scalar()
+        except SQLAlchemyError as error:
+            raise MirrorError(f"cannot open the database {self.where}: {_reason(error)}") from None
+        if version != SCHEMA_VERSION:
+            raise MirrorError(
+                f"the database {self.where} has a mirror schema of version {version}; "
+                f"this package reads version {SCHEMA_VERSION}"
+            )
+        return True
+
+    def create_schema(self) -> None:
+        """Make the tables and the version row (nothing if they are there)."""
+        try:
+            if self.dialect == "sqlite":
+                raw = self.engine.raw_connection()  # outside any transaction
+                try:
+                    raw.cursor().execute("PRAGMA journal_mode = WAL")  # readers never block the writer
+                finally:
+                    raw.close()
+            with self.engine.begin() as connection:
+                metadata.create_all(connection, checkfirst=True)
+                held = connection.execute(select(feed_schema.c.version).where(feed_schema.c.name == SCHEMA_NAME))
+                if held.first() is None:
+                    connection.execute(feed_schema.insert().values(name=SCHEMA_NAME, version=SCHEMA_VERSION))
+        except SQLAlchemyError as error:
+            raise MirrorError(f"cannot write the database {self.where}: {_reason(error)}") from None
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> MirrorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing --------------------------------------------------------------
+
+    def _upsert(self) -> Any:
+        """``INSERT ... ON CONFLICT (feed, id) DO UPDATE ... WHERE`` the row
+        is older: the statement of both dialects."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+        statement = insert(feed_objects)
+        new = statement.excluded
+        return statement.on_conflict_do_update(
+            index_elements=[feed_objects.c.feed, feed_objects.c.id],
+            set_={"date_modified": new.date_modified, "modified_us": new.modified_us, "data": new.data},
+            where=feed_objects.c.modified_us < new.modified_us,
+        )
+
+    def upsert(self, connection: Connection, feed: str, rows: Sequence[Row]) -> None:
+        """Write ``rows`` in ``connection``'s transaction; a row held at the
+        same or a newer version is left alone."""
+        if rows:
+            connection.execute(self._upsert(), [{"feed": feed, **row} for row in newest_rows(rows)])
+
+    def write_page(self, feed: str, rows: Sequence[Row], state: dict[str, Any]) -> None:
+        """A page's ``rows`` and the ``feed_state`` columns ``state``, in one transaction."""
+        with self.engine.begin() as connection:
+            self.upsert(connection, feed, rows)
+            self._put_state(connection, feed, state)
+
+    def _put_state(self, connection: Connection, feed: str, values: dict[str, Any]) -> None:
+        values = {**values, "updated_at": now_text()}
+        done = connection.execute(update(feed_state).where(feed_state.c.feed == feed).values(**values))
+        if done.rowcount == 0:
+            connection.execute(feed_state.insert().values(feed=feed, **values))
+
+    def put_state(self, feed: str, values: dict[str, Any]) -> None:
+        """Update (or make) the feed's ``feed_state`` row."""
+        with self.engine.begin() as connection:
+            self._put_state(connection, feed, values)
+
+    def put_state_if_any(self, feed: str, values: dict[str, Any]) -> None:
+        """Update the feed's ``feed_state`` row where there is one."""
+        with self.engine.begin() as connection:
+            connection.execute(update(feed_state).where(feed_state.c.feed == feed).values(**values))
+
+    def repair(self, feed: str, rows: Sequence[Row], removed: dict[str, int]) -> int:
+        """One transaction: ``rows`` upserted (only where newer), and each
+        id of ``removed`` deleted where its row is still at or below the
+        version given (a newer one written meanwhile stays). Rows changed."""
+        changed = 0
+        with self.engine.begin() as connection:
+            self.upsert(connection, feed, rows)
+            changed += len(rows)
+            for key, version in removed.items():
+                done = connection.execute(
+                    delete(feed_objects).where(
+                        feed_objects.c.feed == feed, feed_objects.c.id == key, feed_objects.c.modified_us <= version
+                    )
+                )
+                changed += done.rowcount
+        return changed
+
+    # -- reading --------------------------------------------------------------
+
+    def load_state(self, feed: str) -> dict[str, Any] | None:
+        """The feed's ``feed_state`` row, or None."""
+        if not self._exists():
+            return None
+        with self.engine.connect() as connection:
+            row = connection.execute(select(feed_state).where(feed_state.c.feed == feed)).mappings().first()
+        return dict(row) if row is not None else None
+
+    def count(self, feed: str) -> int:
+        """How many rows the feed has."""
+        if not self._exists():
+            return 0
+        with self.engine.connect() as connection:
+            query = select(func.count()).select_from(feed_objects).where(feed_objects.c.feed == feed)
+            return int(connection.execute(query).scalar() or 0)
+
+    def rows(self, feed: str, data: bool = False) -> Iterator[Any]:
+        """The feed's rows in the index's order, streamed: ``(id,
+        date_modified)`` or ``(id, date_modified, data)``."""
+        if not self._exists():
+            return
+        columns = [feed_objects.c.id, feed_objects.c.date_modified]
+        if data:
+            columns.append(feed_objects.c.data)
+        query = (
+            select(*columns).where(feed_objects.c.feed == feed).order_by(feed_objects.c.modified_us, feed_objects.c.id)
+        )
+        with self.engine.connect() as connection, connection.begin():
+            yield from connection.execution_options(yield_per=1000).execute(query)
+
+    def copy(self, feed: str) -> TableCopy:
+        """The feed's rows as a check reads them (:class:`~.index.TableCopy`)."""
+        return TableCopy(self.engine, feed_objects, feed_objects.c.feed == feed)
+
+    def _exists(self) -> bool:
+        return self.dialect != "sqlite" or os.path.exists(str(self.engine.url.database))
+
+
+def _reason(error: SQLAlchemyError) -> str:
+    """The driver's message, first line."""
+    original = error.orig if isinstance(error, DBAPIError) else None
+    text = str(original if original is not None else error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
