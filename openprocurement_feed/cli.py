@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from .quiet import quiet_dependency_warnings
 
 #: Subcommand modules under openprocurement_feed.commands, in --help order.
-COMMANDS = ("run", "sequence", "race", "check", "monitor", "sync", "verify", "explain", "faults")
+COMMANDS = ("run", "sequence", "race", "check", "monitor", "sync", "mirror", "verify", "export", "explain", "faults")
 
 
 class CommandError(Exception):

@@ -1,5 +1,9 @@
 """``openprocurement-feed verify URL --items FILE``: prove a crawler's copy complete, or repair it.
 
+``verify URL --db DB [--name NAME]`` checks a mirror's copy (see ``mirror``)
+instead: its rows read from the database's index, and with --repair
+repaired in place (what differs read and written, what is extra deleted).
+
 Reads the copy in FILE (JSON lines with at least "id" and "dateModified",
 as ``sync --out`` writes them; the newest line of an id wins, a line
 {"id": "...", "removed": true} takes it out) and reconciles it with the
@@ -43,10 +47,11 @@ FLAGS = (
     URL.but(help="the feed, e.g. http://127.0.0.1:6543/api/2.5/tenders"),
     Flag(
         "--items",
-        required=True,
         metavar="FILE",
         help="the copy: JSON lines with id and dateModified, as sync --out writes them",
     ),
+    Flag("--db", metavar="DB", help="the copy: a mirror's database (sqlite:///FILE, a path, postgresql://...)"),
+    Flag("--name", metavar="NAME", help="with --db: the feed's name in it (default: the URL's last segment)"),
     Flag("--json", action="store_true", help="print the result as JSON on stdout (the lists of ids)"),
     Flag(
         "--repair",
@@ -79,6 +84,26 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.items is None) == (args.db is None):
+        args.parser.error("give the copy to check: --items FILE or --db DB (one of them)")
+    if args.db is not None:
+        if args.fetch:
+            args.parser.error("--fetch goes with --items (a mirror repairs rows as it keeps them)")
+        from .verify_db import verify_db
+
+        return verify_db(
+            args.url,
+            args.db,
+            args.name,
+            mode=args.mode,
+            repair=args.repair,
+            as_json=args.json,
+            timeout=args.timeout,
+            concurrency=args.fetch_concurrency,
+            max_attempts=args.max_attempts,
+        )
+    if args.name is not None:
+        args.parser.error("--name goes with --db")
     if args.fetch and not args.repair:
         args.parser.error("--fetch goes with --repair (it chooses what the repair appends)")
     return verify(

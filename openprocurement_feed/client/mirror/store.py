@@ -84,6 +84,8 @@ class MirrorStore:
     def __init__(self, engine: Engine, where: str) -> None:
         self.engine = engine
         self.where = where
+        #: whether the schema is there (checked by :meth:`open`, made by :meth:`create_schema`)
+        self.ready = False
 
     @property
     def dialect(self) -> str:
@@ -111,7 +113,7 @@ class MirrorStore:
                 return cls(make_engine(parsed), where)  # made by create_schema
         store = cls(make_engine(parsed), where)
         try:
-            store.check_schema(must_exist)
+            store.ready = store.check_schema(must_exist)
         except BaseException:
             store.close()
             raise
@@ -161,6 +163,7 @@ class MirrorStore:
                 held = connection.execute(select(feed_schema.c.version).where(feed_schema.c.name == SCHEMA_NAME))
                 if held.first() is None:
                     connection.execute(feed_schema.insert().values(name=SCHEMA_NAME, version=SCHEMA_VERSION))
+            self.ready = True
         except SQLAlchemyError as error:
             raise MirrorError(f"cannot write the database {self.where}: {_reason(error)}") from None
 
@@ -273,7 +276,7 @@ class MirrorStore:
         return TableCopy(self.engine, feed_objects, feed_objects.c.feed == feed)
 
     def _exists(self) -> bool:
-        return self.dialect != "sqlite" or os.path.exists(str(self.engine.url.database))
+        return self.ready
 
 
 def _reason(error: SQLAlchemyError) -> str:
