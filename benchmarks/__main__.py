@@ -26,7 +26,9 @@ order; ``--plot FILE`` draws the figure), ``reconcile`` (the reconcile
 endpoint's side: an in-sync check at 10,000 and 100,000 tenders in one round
 trip, the documents the database returns for it, the plans, its database CPU
 beside 10 feed pages', and the aggregates' cost per patch in both orders),
-``soak`` (the
+``embedded-leak`` (the embedded server's RSS per 1,000 transactions and per
+1,000 change-stream reads, with the mend of the WiredTiger binding's leak
+and without), ``soak`` (the
 production shape for an hour under the seed's load: memory, descriptors,
 connections, collection sizes, delays and their slopes; ``make soak``).
 Without a part,
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
             "recovery",
             "reconcile-client",
             "reconcile",
+            "embedded-leak",
             "soak",
         ),
         default="all",
@@ -397,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import save
 
         save.run()
+        return 0
+    if args.part == "embedded-leak":
+        from . import embedded_leak
+
+        embedded_leak.run()
         return 0
     if args.part == "reconcile":
         from . import reconcile

@@ -94,6 +94,33 @@ def test_the_launcher_refuses_a_bad_lifetime(argv: list[str], capsys: pytest.Cap
     assert "usage: launcher.py" in capsys.readouterr().err
 
 
+def test_the_mend_releases_closed_handles_and_its_undo_restores_the_binding() -> None:
+    launcher = load_launcher()
+    wiredtiger = pytest.importorskip("wiredtiger")
+    closes = (wiredtiger.Session.close, wiredtiger.Cursor.close)
+    leaking = launcher.leaking_handles(wiredtiger)
+    undo = launcher.mend(wiredtiger)
+    try:
+        assert launcher.leaking_handles(wiredtiger) == []
+    finally:
+        undo()
+    assert (wiredtiger.Session.close, wiredtiger.Cursor.close) == closes
+    assert launcher.leaking_handles(wiredtiger) == leaking
+
+
+@pytest.mark.parametrize(("found", "verdict"), [([], "not needed"), (["cursor"], "failed")])
+def test_the_launcher_mends_only_where_the_self_test_shows_the_leak_and_it_helps(
+    found: list[str], verdict: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = load_launcher()
+    wiredtiger = pytest.importorskip("wiredtiger")
+    closes = (wiredtiger.Session.close, wiredtiger.Cursor.close)
+    monkeypatch.setattr(launcher, "leaking_handles", lambda module: found)
+    assert launcher.mend_if_leaking(wiredtiger).startswith(verdict)
+    # left as it was
+    assert (wiredtiger.Session.close, wiredtiger.Cursor.close) == closes
+
+
 # -- the server's memory ----------------------------------------------------------
 
 #: Transactions before the first reading (WiredTiger's own memory settles

@@ -245,8 +245,7 @@ def check() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Run ``secantus.cli.main`` with the server's flags, after the mend
-    and with the transaction lifetime that ``argv`` ask for."""
+    """Run the server (:func:`serve`), or ``--check``, as ``argv`` ask."""
     try:
         options = parse_arguments(argv)
     except UsageError as error:
@@ -255,6 +254,12 @@ def main(argv: list[str]) -> int:
     leave_the_server_imports_alone()
     if options.check:
         return check()
+    return serve(options)
+
+
+def serve(options: Options) -> int:  # pragma: no cover - runs in the server's process, which is not measured
+    """Run ``secantus.cli.main`` with the server's flags, after the mend and
+    with the transaction lifetime that ``options`` ask for."""
     from secantus import cli, server  # type: ignore[import-untyped]
 
     if options.lifetime is not None:
