@@ -28,7 +28,8 @@ trip, the documents the database returns for it, the plans, its database CPU
 beside 10 feed pages', and the aggregates' cost per patch in both orders),
 ``embedded-leak`` (the embedded server's RSS per 1,000 transactions and per
 1,000 change-stream reads, with the mend of the WiredTiger binding's leak
-and without), ``soak`` (the
+and without), ``mirror`` (catching up into SQLite against ``sync --out``, and an in-sync
+check of an SQLite mirror, at ``--mirror-sizes``), ``soak`` (the
 production shape for an hour under the seed's load: memory, descriptors,
 connections, collection sizes, delays and their slopes; ``make soak``).
 Without a part,
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
             "reconcile-client",
             "reconcile",
             "embedded-leak",
+            "mirror",
             "soak",
         ),
         default="all",
@@ -359,7 +361,14 @@ def add_soak_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.add_argument(
+        "--mirror-sizes",
+        type=lambda value: tuple(positive_int(part) for part in value.split(",")),
+        default=(10_000, 100_000),
+        help="mirror: the feed sizes, comma-separated (default: 10000,100000)",
+    )
+    args = parser.parse_args(argv)
     if args.plot is not None:
         from openprocurement_feed.plots import PlotExtraMissing, pyplot
 
@@ -368,6 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except PlotExtraMissing as error:
             print(f"python -m benchmarks: {error}", file=sys.stderr)
             return 2
+    if args.part == "mirror":
+        from . import mirror
+
+        mirror.run(args.mirror_sizes)
+        return 0
     if args.part == "soak":
         from . import soak
 

@@ -1,0 +1,209 @@
+"""What the mirror costs (issue 41): catching up into SQLite against ``sync
+--out`` into a file, and an in-sync check of an SQLite mirror.
+
+The feed is a stand-in served from memory by a child process (a stdlib HTTP
+server): ``tenders`` items (``id``, ``dateModified``, a minute apart over the
+past months) in pages with offsets, ``GET {feed}/{id}``, and a reconcile
+endpoint answering from the same records (Negentropy over a sorted vector).
+It costs the client nothing the real server would not, and it reads no
+database, so the figures are the client's: the demo on the embedded
+database takes most of an hour for a page-by-page crawl of 100,000 tenders.
+
+* catching up: ``FeedSync`` with a :class:`JsonLinesWriter` (``sync --out``,
+  each page ``fsync``-ed) against :class:`Mirror` into a fresh SQLite file
+  (``synchronous = FULL``: each page's transaction ``fsync``-ed), both from
+  scratch at ``limit`` 100: pages per second and the ratio;
+* the in-sync check: ``openprocurement-feed verify URL --db FILE`` in a
+  child process on the mirror just made: its check's time, the command's
+  wall time and its peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .common import status, table
+
+#: The sizes measured by default.
+SIZES = (10_000, 100_000)
+LIMIT = 100
+FRAME_SIZE_LIMIT = 500_000
+
+
+def make_items(count: int, seed: int = 1) -> list[dict[str, str]]:
+    """``count`` feed items, oldest first, a minute apart (µs jitter)."""
+    rng = random.Random(seed)  # nosec B311 - sample data
+    start = datetime.now(timezone.utc) - timedelta(days=200)
+    items = []
+    for number in range(count):
+        moment = start + timedelta(seconds=60 * number, microseconds=rng.randint(0, 999_999))
+        items.append({"id": uuid.UUID(int=rng.getrandbits(128)).hex, "dateModified": moment.isoformat()})
+    return items
+
+
+def serve(count: int, port_queue: Any) -> None:  # pragma: no cover - a child process
+    """The stand-in feed of ``count`` items on a free loopback port."""
+    from openprocurement_feed.reconcile import Negentropy, VectorStorage, record
+
+    items = make_items(count)
+    by_id = {item["id"]: item for item in items}
+    storage = VectorStorage.of(record(item["id"], item["dateModified"]) for item in items)
+    until = storage.get_item(storage.size() - 1).timestamp + 1 if items else 1
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no delayed ACK per answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def answer(self, body: bytes, kind: str = "application/json", code: int = 200) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = {key: values[0] for key, values in parse_qs(parts.query).items()}
+            if parts.path.endswith("/reconcile"):
+                self.answer(
+                    json.dumps(
+                        {"until": until, "protocol": 1, "frame_size_limit": FRAME_SIZE_LIMIT, "records": count}
+                    ).encode()
+                )
+                return
+            if parts.path.startswith("/api/2.5/tenders/"):
+                found = by_id.get(parts.path.rsplit("/", 1)[1])
+                if found is None:
+                    self.answer(b'{"status": "error", "errors": []}', code=404)
+                else:
+                    self.answer(json.dumps({"data": found}).encode())
+                return
+            limit = int(query.get("limit", "100"))
+            offset = query.get("offset", "")
+            base = f"/api/2.5/tenders?limit={limit}"
+            if query.get("descending"):
+                end = int(offset[1:]) if offset.startswith("d") else count
+                start = max(0, end - limit)
+                page = items[start:end][::-1]
+                body = {
+                    "data": page,
+                    "next_page": {"offset": f"d{start}", "path": base},
+                    "prev_page": {"offset": str(count), "path": base},
+                }
+            else:
+                start = int(offset or 0)
+                page = items[start : start + limit]
+                body = {"data": page, "next_page": {"offset": str(start + len(page)), "path": base}}
+            self.answer(json.dumps(body).encode())
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            message = self.rfile.read(length)
+            reply = Negentropy(storage, frame_size_limit=FRAME_SIZE_LIMIT).reconcile(message)
+            self.answer(reply, "application/octet-stream")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port_queue.put(server.server_address[1])
+    server.serve_forever()
+
+
+def catch_up(url: str, folder: Path, count: int) -> tuple[float, float, int]:
+    """Seconds of ``sync --out`` and of the mirror into SQLite, and the pages read."""
+    from openprocurement_feed.client import FeedSync, JsonLinesWriter
+    from openprocurement_feed.client.mirror import Mirror, MirrorStore
+
+    out = folder / "copy.jsonl"
+    with JsonLinesWriter(out) as writer, FeedSync(url, writer, folder / "state.json", limit=LIMIT) as client:
+        started = time.perf_counter()
+        stats = client.run()
+        sync_seconds = time.perf_counter() - started
+    assert writer.lines == count, (writer.lines, count)
+    store = MirrorStore.open(str(folder / "mirror.db"))
+    store.create_schema()
+    with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
+        started = time.perf_counter()
+        mirror.run(once=True)
+        mirror_seconds = time.perf_counter() - started
+        assert store.count("tenders") == count
+    return sync_seconds, mirror_seconds, stats.pages
+
+
+def check(url: str, folder: Path) -> tuple[float, float, float, int]:
+    """``verify --db`` in a child process: the check's seconds, the wall
+    seconds, the peak RSS in MB, the rounds."""
+    command = [sys.executable, "-m", "openprocurement_feed.cli", "verify", url, "--db", str(folder / "mirror.db")]
+    started = time.perf_counter()
+    process = subprocess.Popen([*command, "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    output = process.stdout.read() if process.stdout else b""
+    _, code, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    result = json.loads(output)
+    assert os.waitstatus_to_exitcode(code) == 0 and result["in_sync"], result
+    return float(result["elapsed"]), wall, usage.ru_maxrss / 1024, int(result["rounds"])
+
+
+def run(sizes: tuple[int, ...] = SIZES) -> None:
+    rows = []
+    for count in sizes:
+        queue: Any = multiprocessing.get_context("spawn").Queue()
+        server = multiprocessing.get_context("spawn").Process(target=serve, args=(count, queue), daemon=True)
+        server.start()
+        try:
+            url = f"http://127.0.0.1:{queue.get(timeout=300)}/api/2.5/tenders"
+            with tempfile.TemporaryDirectory(prefix="mirror-bench-") as name:
+                folder = Path(name)
+                sync_seconds, mirror_seconds, pages = catch_up(url, folder, count)
+                status(f"mirror, {count}: sync {sync_seconds:.1f} s, mirror {mirror_seconds:.1f} s, {pages} pages")
+                check_seconds, wall, rss, rounds = check(url, folder)
+        finally:
+            server.terminate()
+            server.join()
+        rows.append(
+            (
+                f"{count:,}",
+                f"{pages / sync_seconds:.0f}",
+                f"{pages / mirror_seconds:.0f}",
+                f"{sync_seconds / mirror_seconds:.2f}",
+                f"{check_seconds:.2f}",
+                f"{wall:.2f}",
+                f"{rss:.0f}",
+                rounds,
+            )
+        )
+    print(
+        table(
+            (
+                "rows",
+                "sync --out pages/s",
+                "mirror pages/s",
+                "ratio",
+                "check s",
+                "verify --db wall s",
+                "peak RSS MB",
+                "rounds",
+            ),
+            rows,
+        )
+    )
+    print(f"(limit {LIMIT}; peak RSS of the verify --db process: Python, SQLAlchemy and the check; ")
+    print(" the process's own baseline is included)")
