@@ -121,6 +121,18 @@ def test_the_launcher_mends_only_where_the_self_test_shows_the_leak_and_it_helps
     assert (wiredtiger.Session.close, wiredtiger.Cursor.close) == closes
 
 
+def test_the_server_starts_through_the_launcher_with_or_without_the_mend(monkeypatch: pytest.MonkeyPatch) -> None:
+    mended = EmbeddedServer()._server_command("/bin/secantusd-py")
+    assert mended == [sys.executable, embedded_server.LAUNCHER, "--"]
+    unmended = EmbeddedServer(mend_leaks=False)._server_command("/bin/secantusd-py")
+    assert unmended == [sys.executable, embedded_server.LAUNCHER, "--no-mend-leaks", "--"]
+    # nothing said before a start
+    assert EmbeddedServer()._leak_mend() is None
+    # an interpreter that cannot import the server runs secantusd-py itself
+    monkeypatch.setattr(embedded_server, "SERVER_PACKAGE", "no_such_server_package")
+    assert EmbeddedServer()._server_command("/bin/secantusd-py") == ["/bin/secantusd-py"]
+
+
 # -- the server's memory ----------------------------------------------------------
 
 #: Transactions before the first reading (WiredTiger's own memory settles
