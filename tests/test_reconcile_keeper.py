@@ -135,3 +135,78 @@ def test_a_build_whose_lease_was_taken_over_adds_no_bucket(tenders: Any, monkeyp
     first.handle([], caught_up=True)  # its scan is done: it would write its buckets now
     assert not first.built and first.stats.errors == 1 and "lease" in first.stats.last_error
     assert_buckets_add_up(tenders)
+
+
+def delete_event(key: str, seconds: float) -> dict[str, Any]:
+    """A delete event as the follower's stream gives it."""
+    return {
+        "operationType": "delete",
+        "documentKey": {"_id": key},
+        "wallTime": START + timedelta(seconds=seconds),
+    }
+
+
+def assert_records_match_documents(tenders: Any) -> None:
+    """The aggregates show exactly the public documents, and their buckets
+    add up."""
+    records = tenders.database[reconcile_name(tenders.name)]
+    shown = {record["_id"] for record in records.find({"lv": 0, "n": 1}, {"_id": 1})}
+    public = {doc["_id"] for doc in tenders.find({"is_public": True}, {"_id": 1})}
+    assert shown == public
+    assert_buckets_add_up(tenders)
+
+
+def test_an_object_deleted_while_the_keeper_is_stopped_loses_its_record(
+    tenders: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catch-up after a restart reads the documents changed since the
+    last complete point; an object deleted meanwhile has none to read (and
+    one hidden without a new stamp is not among them): the catch-up checks
+    the records it holds against the documents."""
+    monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)  # a write per batch
+    keys = [uuid.uuid4().hex for _ in range(6)]
+    tenders.insert_many([document(key, number) for number, key in enumerate(keys)])
+    first = AggregateKeeper(tenders)
+    first.handle([], caught_up=True)  # builds from the documents
+    first.handle([], caught_up=True)
+    assert first.built and not first.behind
+    assert_records_match_documents(tenders)
+    # the keeper's process stops; meanwhile an object is deleted, another
+    # hidden (its stamp unchanged)
+    tenders.delete_one({"_id": keys[0]})
+    tenders.update_one({"_id": keys[1]}, {"$set": {"is_public": False}})
+    records = tenders.database[reconcile_name(tenders.name)]
+    records.update_one({"_id": STATE_ID}, {"$set": {"lease": 0}})
+    restarted = AggregateKeeper(tenders)
+    restarted.handle([], caught_up=True)  # takes the lease over, catches up
+    restarted.handle([], caught_up=True)
+    assert restarted.stats.errors == 0 and not restarted.behind
+    assert_records_match_documents(tenders)
+
+
+def test_an_object_deleted_during_a_lease_handover_loses_its_record(
+    tenders: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeper without the lease drops the events it is handed, the delete
+    included; once it takes the lease over, its catch-up must find the
+    deletion all the same."""
+    monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)  # a write per batch
+    keys = [uuid.uuid4().hex for _ in range(6)]
+    tenders.insert_many([document(key, number) for number, key in enumerate(keys)])
+    holder = AggregateKeeper(tenders)
+    holder.handle([], caught_up=True)
+    holder.handle([], caught_up=True)
+    assert holder.built and not holder.behind
+    waiting = AggregateKeeper(tenders)
+    waiting.handle([], caught_up=True)
+    assert waiting.lease_until == 0.0, "the lease is the holder's"
+    # the holder's process stops; the object is deleted, and the waiting
+    # keeper, still without the lease, drops its event
+    tenders.delete_one({"_id": keys[2]})
+    waiting.handle([delete_event(keys[2], 100)], caught_up=True)
+    records = tenders.database[reconcile_name(tenders.name)]
+    records.update_one({"_id": STATE_ID}, {"$set": {"lease": 0}})  # the holder's lease lapses
+    waiting.handle([], caught_up=True)  # takes the lease over, catches up
+    waiting.handle([], caught_up=True)
+    assert waiting.stats.errors == 0 and not waiting.behind
+    assert_records_match_documents(tenders)

@@ -35,8 +35,13 @@ one), forward only (a record already taken from a newer version stays),
 writing the records and adding up the buckets in memory; the buckets are written once, at the end, and only then
 is the state ``built``. After a restart, an error or a lease taken over it
 *catches up*: the documents whose ``public_modified`` is above its last
-complete point minus :data:`CATCH_UP_MARGIN_SECONDS`. Until the scan is
-done the state's ``wall`` stays where it was.
+complete point minus :data:`CATCH_UP_MARGIN_SECONDS`, then the records it
+holds for shown objects, whose document must still exist and be public. A
+deletion leaves no document to read, and its event may never have reached
+the lease's holder (a keeper without the lease drops the events it is
+handed; a stopped one gets none): the records of documents gone or no
+longer public lose their views, as the sequencer's recovery hides their
+positions. Until the scan is done the state's ``wall`` stays where it was.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
+from itertools import chain, islice
 from typing import Any
 
 from pymongo import InsertOne, ReplaceOne, ReturnDocument, UpdateOne
@@ -138,6 +144,8 @@ class KeeperStats:
         #: old records read from the database (not found in memory)
         self.reads = 0
         self.swept = 0
+        #: records of documents gone or no longer public, found by catch-ups
+        self.vanished = 0
 
 
 class AggregateKeeper:
@@ -162,8 +170,9 @@ class AggregateKeeper:
         self.stats = KeeperStats()
         #: monotonic time until which this keeper holds the lease (0: not)
         self.lease_until = 0.0
-        #: a scan in progress: its cursor (a build or a catch-up)
-        self.scan: Iterator[Mapping[str, Any]] | None = None
+        #: a scan in progress (a build or a catch-up): an item per document
+        #: or record it reads, the record to write (None: nothing to write)
+        self.scan: Iterator[Record | None] | None = None
         #: the follower's restart count last seen (a restart means a gap)
         self.restarts = -1
         #: the state needs a catch-up before its point can move
@@ -226,12 +235,7 @@ class AggregateKeeper:
             if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= budget):
                 break
             scanned = True
-            for doc in self._scan_chunk():
-                record = record_of(doc, self.scope_fields)
-                if record is None and doc.get("is_public") is True:
-                    self.foreign = True
-                if record is not None:
-                    self._merge(changed, (record,))
+            self._merge(changed, self._scan_chunk())
             if len(changed) >= SCAN_CHUNK:
                 self._apply(changed, {})
                 changed.clear()
@@ -376,28 +380,56 @@ class AggregateKeeper:
             # in the collection's order: versions decide, not the order
             # (a sort would make the server gather every document first)
             cursor = self.documents.find({"is_public": True}, projection, batch_size=SCAN_CHUNK)
-            self.scan = iter(cursor)
+            self.scan = self._records_of_documents(cursor)
             return
         since = wall / 1_000_000 - CATCH_UP_MARGIN_SECONDS
-        cursors = [
-            self.documents.find(
+        changed = (
+            doc
+            for public in (True, False)
+            for doc in self.documents.find(
                 {"is_public": public, "public_modified": {"$gt": since}}, projection, batch_size=SCAN_CHUNK
             )
-            for public in (True, False)
-        ]
-        self.scan = (doc for cursor in cursors for doc in cursor)
+        )
+        self.scan = chain(self._records_of_documents(changed), self._vanished())
 
-    def _scan_chunk(self) -> list[Mapping[str, Any]]:
-        chunk: list[Mapping[str, Any]] = []
+    def _records_of_documents(self, docs: Iterable[Mapping[str, Any]]) -> Iterator[Record | None]:
+        """The records of a scan's documents (a public one whose id is not
+        32 hex digits marks the feed foreign)."""
+        for doc in docs:
+            record = record_of(doc, self.scope_fields)
+            if record is None and doc.get("is_public") is True:
+                self.foreign = True
+            yield record
+
+    def _vanished(self) -> Iterator[Record | None]:
+        """A catch-up's second pass, over the records of shown objects: a
+        record with no view (of the present's version, as a delete event's)
+        for each whose document is gone, the document's record for each
+        whose document is no longer public."""
+        projection = {name: 1 for name in self.fields}
+        shown = iter(self.records.find({"lv": 0, "n": 1}, {"_id": 1}, batch_size=SCAN_CHUNK))
+        while ids := [row["_id"] for row in islice(shown, READ_CHUNK)]:
+            docs = {doc["_id"]: doc for doc in self.documents.find({"_id": {"$in": ids}}, projection)}
+            for object_id in ids:
+                doc = docs.get(object_id)
+                if doc is None:
+                    self.stats.vanished += 1
+                    yield Record(object_id, now_us() / 1_000_000)
+                elif doc.get("is_public") is not True:
+                    self.stats.vanished += 1
+                    yield record_of(doc, self.scope_fields)
+                else:
+                    yield None  # still shown: the first pass has its changes
+
+    def _scan_chunk(self) -> list[Record]:
+        """The records of the scan's next :data:`SCAN_CHUNK` documents or
+        records read; the scan ends with its last."""
         assert self.scan is not None
-        for doc in self.scan:
-            chunk.append(doc)
-            if len(chunk) >= SCAN_CHUNK:
-                break
-        else:
+        chunk = list(islice(self.scan, SCAN_CHUNK))
+        if len(chunk) < SCAN_CHUNK:
             self.scan = None
         self.stats.scanned += len(chunk)
-        return chunk
+        return [record for record in chunk if record is not None]
 
     # -- the write ---------------------------------------------------------------
 
