@@ -16,6 +16,7 @@ input is good.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -86,6 +87,7 @@ class MirrorStore:
         self.where = where
         #: whether the schema is there (checked by :meth:`open`, made by :meth:`create_schema`)
         self.ready = False
+        self._compiled: tuple[str, tuple[str, ...] | None] | None = None
 
     @property
     def dialect(self) -> str:
@@ -194,11 +196,36 @@ class MirrorStore:
             where=feed_objects.c.modified_us < new.modified_us,
         )
 
+    def _upsert_sql(self) -> tuple[str, tuple[str, ...] | None]:
+        """The upsert compiled once for the dialect: its SQL text and, for a
+        driver of positional parameters, their order (a page's rows then go
+        to the driver's ``executemany`` without a per-row Core step)."""
+        if self._compiled is None:
+            compiled = self._upsert().compile(dialect=self.engine.dialect)
+            order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+            self._compiled = (str(compiled), order)
+        return self._compiled
+
     def upsert(self, connection: Connection, feed: str, rows: Sequence[Row]) -> None:
         """Write ``rows`` in ``connection``'s transaction; a row held at the
         same or a newer version is left alone."""
-        if rows:
-            connection.execute(self._upsert(), [{"feed": feed, **row} for row in newest_rows(rows)])
+        if not rows:
+            return
+        sql, order = self._upsert_sql()
+        params = [
+            {
+                "feed": feed,
+                "id": row["id"],
+                "date_modified": row["date_modified"],
+                "modified_us": row["modified_us"],
+                "data": json.dumps(row["data"], ensure_ascii=False, separators=(",", ":")),
+            }
+            for row in newest_rows(rows)
+        ]
+        if order is not None:
+            connection.exec_driver_sql(sql, [tuple(one[name] for name in order) for one in params])
+        else:
+            connection.exec_driver_sql(sql, params)
 
     def write_page(self, feed: str, rows: Sequence[Row], state: dict[str, Any]) -> None:
         """A page's ``rows`` and the ``feed_state`` columns ``state``, in one transaction."""
