@@ -556,8 +556,3 @@ class AggregateKeeper:
             for doc in self.records.find(query, projection, session=session):
                 found[doc["_id"]] = stored_record(doc)
         return found
-
-
-def keepers_for(collections: Mapping[str, Collection[Any]], scopes: Mapping[str, Iterable[str]]) -> dict[str, Any]:
-    """A keeper per collection name (for the sequencer)."""
-    return {name: AggregateKeeper(collection, scopes.get(name, ())) for name, collection in collections.items()}

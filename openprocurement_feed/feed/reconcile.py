@@ -145,19 +145,18 @@ def source_of(request: Request, feed: Any) -> Any:
         _param(request, "mode") or "",
         feed.filter_field if feed.scope else None,
         scope_of(request, feed),
-        aggregates=settings.reconcile_aggregates and callable(getattr(store, "feed_collection", None)),
+        aggregates=settings.reconcile_aggregates,
     )
 
 
 def differences(query: bytes, answer: bytes) -> int:
     """The ids on one side only in the id lists of a round: the client's
-    lists and the server's answer to them cover the same ranges."""
-    try:
-        theirs = {ident for rng in decode_message(query) if rng.mode == MODE_ID_LIST for ident in rng.ids}
-        ours = {ident for rng in decode_message(answer) if rng.mode == MODE_ID_LIST for ident in rng.ids}
-    except ProtocolError:
-        return 0
-    return len(theirs ^ ours) if ours or theirs else 0
+    lists and the server's answer to them cover the same ranges (both
+    messages well formed: the query was checked whole before it was
+    answered)."""
+    theirs = {ident for rng in decode_message(query) if rng.mode == MODE_ID_LIST for ident in rng.ids}
+    ours = {ident for rng in decode_message(answer) if rng.mode == MODE_ID_LIST for ident in rng.ids}
+    return len(theirs ^ ours)
 
 
 def _observe(request: Request, feed: Any, what: str, received: int = 0, sent: int = 0, found: int = 0) -> None:
@@ -228,8 +227,6 @@ def reconcile_post(feed: Any) -> Callable[[Request], Response]:
             return error_response(501, "feed", str(error), "url")
         except ReconcileUnavailable as error:
             return error_response(503, "feed", str(error), "url", **{"Retry-After": str(error.retry_after)})
-        except ProtocolError as error:  # pragma: no cover - the message was checked whole above
-            return error_response(400, "body", f"malformed reconcile message: {error}", "body")
         _observe(request, feed, "round", len(body), len(answer), differences(body, answer))
         return Response(body=answer, content_type=OCTET_STREAM)
 
