@@ -148,7 +148,7 @@ def make_engine(url: URL, synchronous: str = "NORMAL") -> Engine:
         dbapi_connection.isolation_level = None  # autocommit: BEGIN below
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA busy_timeout = 30000")
-        cursor.execute(f"PRAGMA synchronous = {synchronous}")  # nosec B608 - one of four words
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages: the indexes of a large feed stay cached
         cursor.close()
 
