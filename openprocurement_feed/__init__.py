@@ -60,15 +60,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from pyramid.tweens import INGRESS
 
-from .feed.errors import (
-    conflict_view,
-    database_error_view,
-    database_unavailable_view,
-    feed_not_ready_view,
-    not_saved_view,
-    outcome_unknown_view,
-    query_timeout_view,
-)
+from .feed.errors import add_error_views
 from .feed.openapi import add_openapi_paths, include_openapi
 from .feed.renderers import RENDERER, FeedJSONRenderer
 from .feed.startup import defer
@@ -89,7 +81,7 @@ from .store.offset import (
     compose_position,
     parse_offset,
 )
-from .store.orders import COMMIT, FeedNotReady
+from .store.orders import COMMIT
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +284,6 @@ def includeme(config: Configurator) -> None:
 
     Including twice is harmless: the second include reuses the first store.
     """
-    from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError
-
     registry = config.registry
     config.include("cornice")
     config.add_directive("add_feed", add_feed)
@@ -330,13 +320,7 @@ def includeme(config: Configurator) -> None:
     defer(config, lambda: _create_longpoll(registry), order=-5)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
-    config.add_view(conflict_view, context=ConflictError, renderer="json")
-    config.add_view(database_error_view, context=PyMongoError, renderer="json")
-    config.add_view(database_unavailable_view, context=ConnectionFailure, renderer="json")
-    config.add_view(not_saved_view, context=NotSaved, renderer="json")
-    config.add_view(outcome_unknown_view, context=SaveOutcomeUnknown, renderer="json")
-    config.add_view(query_timeout_view, context=ExecutionTimeout, renderer="json")
-    config.add_view(feed_not_ready_view, context=FeedNotReady, renderer="json")
+    add_error_views(config)
     registry.feed_verdicts = VerdictLog()
     config.add_route("openprocurement_feed.health", settings.health_path)
     config.add_view(

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+from pymongo.errors import ConnectionFailure, ExecutionTimeout, PyMongoError
+from pyramid.config import Configurator
 from pyramid.request import Request
+
+from ..save_errors import NotSaved, SaveOutcomeUnknown
+from ..store.database import ConflictError
+from ..store.orders import FeedNotReady
 
 log = logging.getLogger("openprocurement_feed.errors")  # its name from before the package had subpackages
 
@@ -27,58 +34,81 @@ def conflict_view(exc: Exception, request: Request) -> dict[str, Any]:
     return error_body("body", "data", f"Conflict: {exc}; re-read and retry")
 
 
-def database_unavailable_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """503 while the database cannot be reached (no traceback to the client)."""
-    log.warning("Database unavailable for %s %s: %s", request.method, request.path, exc)
-    request.response.status = 503
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body("body", "database", "The database is unavailable; retry later")
+@dataclass(frozen=True)
+class RetryLaterView:
+    """The exception view of one member of the 503/504 family: the
+    request's failure is logged (no traceback to the client), and the client
+    is answered ``status`` with ``Retry-After`` and a JSON error named
+    ``name``."""
+
+    #: The response's status (503: retry; 504: the outcome is unknown).
+    status: int
+    #: The log line's opening words.
+    what: str
+    #: The error's name in the body.
+    name: str
+    #: The error's description in the body (None: the exception's text).
+    description: str | None = None
+    #: Whether the log line names the exception's class.
+    typed: bool = False
+
+    def __call__(self, exc: Exception, request: Request) -> dict[str, Any]:
+        detail = f"{type(exc).__name__}: {exc}" if self.typed else exc
+        log.warning("%s for %s %s: %s", self.what, request.method, request.path, detail)
+        request.response.status = self.status
+        request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return error_body("body", self.name, str(exc) if self.description is None else self.description)
 
 
-def query_timeout_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """503 for a feed query that ran past ``feed.max_time_ms``."""
-    log.warning("Query over its time limit for %s %s: %s", request.method, request.path, exc)
-    request.response.status = 503
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body("body", "database", "The query took too long; retry later")
+#: The 503/504 family: each exception class and its view (the most
+#: specific class's view answers).
+RETRY_LATER_VIEWS: tuple[tuple[type[Exception], RetryLaterView], ...] = (
+    # any other database error (a refused or interrupted command): the
+    # client retries, the log has the error
+    (
+        PyMongoError,
+        RetryLaterView(503, "Database error", "database", "The database could not answer; retry later", typed=True),
+    ),
+    # the database cannot be reached
+    (
+        ConnectionFailure,
+        RetryLaterView(503, "Database unavailable", "database", "The database is unavailable; retry later"),
+    ),
+    # a write the database did not make: nothing was stored, retry it
+    (
+        NotSaved,
+        RetryLaterView(
+            503,
+            "Write not saved",
+            "not_saved",
+            "The database did not save the change; nothing was written, retry it",
+        ),
+    ),
+    # a write the database did not confirm: it may have been applied
+    (
+        SaveOutcomeUnknown,
+        RetryLaterView(
+            504,
+            "Write outcome unknown",
+            "outcome_unknown",
+            "The database did not confirm the change: it may have been saved. Read the object again before "
+            "changing it; retry a create with the same Idempotency-Key header, which answers the object if "
+            "it was created",
+        ),
+    ),
+    # a feed query that ran past ``feed.max_time_ms``
+    (
+        ExecutionTimeout,
+        RetryLaterView(503, "Query over its time limit", "database", "The query took too long; retry later"),
+    ),
+    # a commit-ordered feed before its first checkpoint (SPEC D.6)
+    (FeedNotReady, RetryLaterView(503, "Feed not ready", "feed")),
+)
 
 
-def feed_not_ready_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """503 for a commit-ordered feed before its first checkpoint (SPEC D.6)."""
-    log.warning("Feed not ready for %s %s: %s", request.method, request.path, exc)
-    request.response.status = 503
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body("body", "feed", str(exc))
-
-
-def database_error_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """503 for any other database error (a refused or interrupted command,
-    a time limit): the client retries, the log has the error."""
-    log.warning("Database error for %s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
-    request.response.status = 503
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body("body", "database", "The database could not answer; retry later")
-
-
-def not_saved_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """503 for a write the database did not make
-    (:class:`~.save_errors.NotSaved`): nothing was stored, retry it."""
-    log.warning("Write not saved for %s %s: %s", request.method, request.path, exc)
-    request.response.status = 503
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body("body", "not_saved", "The database did not save the change; nothing was written, retry it")
-
-
-def outcome_unknown_view(exc: Exception, request: Request) -> dict[str, Any]:
-    """504 for a write the database did not confirm
-    (:class:`~.save_errors.SaveOutcomeUnknown`): it may have been applied."""
-    log.warning("Write outcome unknown for %s %s: %s", request.method, request.path, exc)
-    request.response.status = 504
-    request.response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return error_body(
-        "body",
-        "outcome_unknown",
-        "The database did not confirm the change: it may have been saved. Read the object again before "
-        "changing it; retry a create with the same Idempotency-Key header, which answers the object if "
-        "it was created",
-    )
+def add_error_views(config: Configurator) -> None:
+    """Register the exception views: 409 for a stale write, the 503/504
+    family (:data:`RETRY_LATER_VIEWS`)."""
+    config.add_view(conflict_view, context=ConflictError, renderer="json")
+    for context, view in RETRY_LATER_VIEWS:
+        config.add_view(view, context=context, renderer="json")
