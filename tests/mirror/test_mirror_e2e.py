@@ -51,7 +51,10 @@ def settle(feed: Feed, timeout: float = 30.0) -> dict[str, str]:
     latest = max(timestamp_us(stamp) for stamp in versions.values())
 
     def settled() -> bool:
-        answer = requests.get(f"{feed.api}/feeds/tenders/reconcile", timeout=10).json()
+        response = requests.get(f"{feed.api}/feeds/tenders/reconcile", timeout=10)
+        if response.status_code != 200:  # 503 while the aggregates catch up
+            return False
+        answer = response.json()
         return bool(answer["until"] > latest and answer["records"] == len(versions))
 
     wait_for(settled, timeout, f"the feed did not show {len(versions)} tenders below its horizon")

@@ -89,7 +89,9 @@ def test_the_race_healed_by_the_first_check(
         versions = server_versions(server.app.registry)
         latest = max(timestamp_us(stamp) for stamp in versions.values())
         wait_for(
-            lambda: requests.get(server.api_url + "/feeds/tenders/reconcile", timeout=10).json()["until"] > latest,
+            lambda: (
+                requests.get(server.api_url + "/feeds/tenders/reconcile", timeout=10).json().get("until", 0) > latest
+            ),
             30,
             "the horizon did not pass the last write",
         )
