@@ -23,7 +23,7 @@
   the database did not write and 504 ``outcome_unknown`` when it did not
   confirm a write that may have been applied;
 * the health view at ``feed.health_path`` (:mod:`.health`): per feed, the
-  measured start-to-commit lag, the checkpoint and a verdict;
+  start-to-commit lag its follower saw, the checkpoint and a verdict;
 * the probes for orchestrators at ``{feed.health_path}/live`` (no query) and
   ``{feed.health_path}/ready`` (503 only while the database cannot be
   reached), without a permission (:mod:`.probes`);

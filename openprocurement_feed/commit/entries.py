@@ -61,7 +61,7 @@ class SequencerStats:
     read_returned: float | None = None
     #: an observer that could not resume its stream after an error (its
     #: point had left the oplog): from when to when (wall-clock seconds)
-    #: the writes it did not measure committed
+    #: the writes whose lag it could not take committed
     unmeasured: tuple[float, float] | None = None
 
     def failed(self, error: BaseException) -> None:
@@ -199,9 +199,9 @@ class CollectionEntries:
         #: set by :meth:`run`: ends a re-materialization
         self.stopping = threading.Event()
         self.rematerializer: threading.Thread | None = None
-        #: an observer's point: the stream's token after the last batch it measured
+        #: an observer's point: the stream's token after the last batch it took
         self.observed_token: Mapping[str, Any] | None = None
-        #: an observer's exact point: the token of the last event it measured
+        #: an observer's exact point: the token of the last event it took
         self.event_token: Mapping[str, Any] | None = None
         #: the database's time when an observer first opened its stream
         self.observed_since: Timestamp | None = None

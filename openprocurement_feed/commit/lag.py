@@ -56,7 +56,8 @@ class LagWindow:
 
 
 def event_lag(event: Mapping[str, Any]) -> float | None:
-    """An event's start-to-commit lag in seconds, when it can be measured."""
+    """An event's start-to-commit lag in seconds; None when the event lacks
+    its commit time or its document's stamp."""
     wall = event.get("wallTime")
     stamp = (event.get("fullDocument") or {}).get(PUBLIC_MODIFIED)
     if not isinstance(wall, datetime) or not isinstance(stamp, (int, float)):
@@ -67,7 +68,7 @@ def event_lag(event: Mapping[str, Any]) -> float | None:
 
 
 #: Seconds taken off a caught-up follower's ``seen`` time besides the
-#: measured time from its read to its publication: the read's own trip.
+#: time from its read to its publication: the read's own trip.
 SEEN_MARGIN_SECONDS = 0.1
 
 

@@ -91,7 +91,7 @@ class Sequencer:
 
     :param collections: feed collection → the scope fields its feeds filter on.
     :param observed: collections of watermark feeds to follow observe-only
-        (their lag measured, no positions written).
+        (their lag taken, no positions written).
     :param listings: feed collection → the fields its feeds may show
         (:func:`openprocurement_feed.commit_listings`), carried by its entries.
     :param aggregates: feed collection → the scope fields of its feeds:

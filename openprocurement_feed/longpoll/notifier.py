@@ -10,10 +10,9 @@ waits:
   state document (:data:`~.orders.STATE_ID`), through a change stream on that
   document (one thread per followed collection, blocked in the stream's
   awaited ``getMore``). The sequencer moves the checkpoint only when events
-  arrive, so a moved checkpoint means a write committed. Measured on the
-  embedded server, the stream sees a move within a millisecond and costs
-  the database next to nothing while nothing moves, where reading the state
-  document every 50 ms cost more than five crawlers polling once a second.
+  arrive, so a moved checkpoint means a write committed. The stream sees a
+  move once it commits, and while nothing moves it costs the database one
+  awaited read per :data:`STREAM_AWAIT_MS`, whatever the number of waiters.
   Where a stream cannot be opened the thread falls back to one ``find_one``
   by ``_id`` every :data:`DEFAULT_INTERVAL`;
 * watermark order: the newest ``public_modified`` of the collection and the
@@ -68,9 +67,7 @@ STREAM_AWAIT_MS = 250
 #: is at most ``W`` the delay is ``W`` whatever it is
 #: (:func:`watermark_read_interval`). Two reads a second per followed
 #: collection, whatever the number of waiters: fewer than five crawlers
-#: polling once a second (measured at 0.25 s, 50 waiters cost the embedded
-#: database 0.42 s of CPU in 30 s, about what five pollers cost:
-#: ``python -m benchmarks longpoll``).
+#: polling once a second (``python -m benchmarks longpoll`` compares them).
 WATERMARK_INTERVAL = 0.5
 #: ... and at least (a ``W`` below twice this is woken up to this late).
 MIN_WATERMARK_INTERVAL = 0.25
@@ -401,16 +398,12 @@ class LongPollNotifier:
         """After a read of a checkpoint stream that brought nothing, wait
         until ``interval`` after its start (or the stop).
 
-        A server ends an awaited read early on any write to the database
-        (the embedded server does): without the pause each notifier stream
-        is read again on every write anywhere, which under the seed's load
-        and three web workers with waiters took the database from the
-        writers (writes fell to about one a second in the production-shaped
-        test while no sequencer ran and the waiters kept waiting). A moved
-        checkpoint is still seen within ``interval``; a quiet database is
-        read once per ``STREAM_AWAIT_MS``. With the pause, the same test
-        (``make test-ops``) wrote 68.7 patches/s against 38.9, through the
-        outage too, and no scrape of the workers failed (66 of 171 before)."""
+        A server may end an awaited read early on any write to the database
+        (the embedded server does): the pause keeps a notifier's stream to
+        at most one read per ``interval`` however busy the database is, so
+        waiters never take it from the writers. A moved checkpoint is still
+        seen within ``interval``; a quiet database is read once per
+        :data:`STREAM_AWAIT_MS` (docs/operations.rst, "Long-poll capacity")."""
         rest = self.interval - (time.monotonic() - began)
         if rest > 0:
             with self._cond:

@@ -1,4 +1,4 @@
-"""The two orders measured: the charts of ``python -m benchmarks orders --plot DIR``.
+"""The two orders side by side: the charts of ``python -m benchmarks orders --plot DIR``.
 
 Three pictures from the benchmark's runs (:class:`~openprocurement_feed.race.experiment.RunResult`,
 keyed by order, ``watermark`` and ``commit``):

@@ -4,7 +4,7 @@
 a given database and runs ``openprocurement-feed sequence`` on it in a child
 process: the race experiment's commit-order run uses it so that the
 sequencer does not share an interpreter (and its lock) with the web server,
-the writers and the crawlers it is measured against.
+the writers and the crawlers it is timed against.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ class Negentropy:
         """The responder's answer to an id list: its own ids, as many as the frame allows.
 
         ``opening`` (a pending skip range) goes before it; like the reference, the
-        frame size is measured without it. Returns where the listed ids end
+        frame size is counted without it. Returns where the listed ids end
         (``upper``, or earlier when cut by the frame size limit).
         """
         output = writer.data

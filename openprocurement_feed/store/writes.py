@@ -90,10 +90,9 @@ class StampedWritesMixin:
         ``find_one_and_update`` on ``{_id, _rev}``, which returns the stamp
         whatever else writes meanwhile. The two statements by ``_id`` are
         there for the embedded server: it runs ``findAndModify`` as a scan of
-        the whole collection: a save of a 20 KB document cost it 9-13 ms of
-        CPU among 140 documents and 130-150 ms among 2000, against 5-6 ms at
-        both sizes for the pair (``python -m benchmarks save``). What it sets or
-        derives, as upstream's ``save_data``:
+        the whole collection, so its cost would grow with the collection; the
+        pair's does not (``python -m benchmarks save`` compares them; figures
+        in CHANGES). What it sets or derives, as upstream's ``save_data``:
 
         * ``_id`` from ``id`` or ``_id``; the old revision from ``rev`` or
           ``_rev`` (``id``/``rev`` are not stored);
