@@ -3,6 +3,7 @@ entries and checkpoint (the batch loop); an observer only measures the lag."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from .aggregates import AggregateKeeper
 from .dbstream import DatabaseStream
 from .errors import HISTORY_LOST_CODES, REFUSED_POINT_CODES, SequencerError
+from .history import HistoryGuard, HistoryLost
 from .lag import event_lag
 from .recovery import CollectionRecovery
 from .stamps import predecessor
@@ -36,6 +38,11 @@ class CollectionSequencer(CollectionRecovery):
     #: the keeper of the collection's reconciliation aggregates, when on
     #: (set by :class:`~.sequencer.Sequencer`)
     aggregates: AggregateKeeper | None = None
+
+    @functools.cached_property
+    def guard(self) -> HistoryGuard:
+        """Tells when an observer's stream skipped history (:mod:`.history`)."""
+        return HistoryGuard(self.db, f"Observer of {self.name!r}")
 
     # -- the stream ---------------------------------------------------------
 
@@ -87,7 +94,9 @@ class CollectionSequencer(CollectionRecovery):
         refused: OperationFailure | None = None
         for point in self.resume_points():
             try:
-                return self._watch(**point)
+                stream = self._watch(**point)
+                self.guard.anchor(point.get("resume_after"))
+                return stream
             except OperationFailure as error:
                 if error.code in HISTORY_LOST_CODES:
                     refused = error
@@ -113,6 +122,7 @@ class CollectionSequencer(CollectionRecovery):
         measures an event."""
         self.observed_token = self.event_token = None
         self.observed_since = self.collection.database.command("ping").get("operationTime")
+        self.guard.anchor(None)
         if self.observed_since is None:  # a server without operation times
             return self._watch()
         return self._watch(start_at_operation_time=self.observed_since)
@@ -303,11 +313,20 @@ class CollectionSequencer(CollectionRecovery):
                         self.stats.reading()
                         events, caught_up = self.read_batch(stream)
                         self.stats.read()
+                        if events:
+                            self.guard.check(stream)  # before what this read measured is published
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         self._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise
+            except HistoryLost as error:
+                # what committed since its last check is not measured: resume
+                # from the present (the stretch is recorded and published)
+                log.warning("Observer of %r: %s", self.name, error)
+                self.stats.failed(error)
+                self.stats.history_lost()
+                self.observed_token = self.event_token = self.observed_since = None
             except PyMongoError as error:
                 self.stats.failed(error)
                 log.warning(

@@ -50,6 +50,7 @@ from pymongo.read_concern import ReadConcern
 
 from .entries import SequencerStats
 from .errors import HISTORY_LOST_CODES, SequencerError
+from .history import HistoryGuard, HistoryLost, resumable
 
 log = logging.getLogger("openprocurement_feed.dbstream")  # its name from before the package had subpackages
 
@@ -80,6 +81,10 @@ class StreamFollower(Protocol):
     def resume_point(self) -> tuple[Timestamp, Mapping[str, Any] | None]: ...
 
     def recover(self) -> Timestamp: ...
+
+    def start_anchor(self) -> Mapping[str, Any] | None: ...
+
+    def history_lost(self) -> None: ...
 
     def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]: ...
 
@@ -121,6 +126,10 @@ class DatabaseStream:
         #: at its point seen before it
         self.tokens: dict[str, Mapping[str, Any]] = {}
         self.held: dict[str, list[dict[str, Any]]] = {}
+        #: tells when the stream skipped changes pruned from the oplog
+        self.guard = HistoryGuard(self.db, f"Sequencer of {self.name}")
+        #: the stream skipped history: every collection recovers at the next open
+        self.lost = False
 
     @property
     def name(self) -> str:
@@ -153,22 +162,28 @@ class DatabaseStream:
     def open(self) -> DatabaseChangeStream[Any]:
         """Every collection's resume point (backfills included), then the
         stream at the oldest; every collection recovers when that point has
-        left the oplog."""
+        left the oplog, or when the last stream skipped history
+        (:attr:`lost`). The stream is anchored (:class:`~.history.HistoryGuard`)
+        at the oldest point's token, so its first read is checked too."""
         self.tokens.clear()
         self.held.clear()
+        if self.lost:
+            return self._recover_all()
+        anchors: dict[str, Mapping[str, Any] | None] = {}
         for name, follower in self.followers.items():
             self.floors[name], token = follower.resume_point()
-            if token is not None and not self.resumable(token):
+            if token is not None and not resumable(self.db, token):
                 log.warning(
                     "Sequencer of %r: the resume point has left the oplog; re-stamping the changed documents", name
                 )
                 self.floors[name], token = follower.recover(), None
             self.moved[name] = time.monotonic()
+            anchors[name] = token if token is not None else follower.start_anchor()
             if token is not None:
                 self.tokens[name] = token
                 self.held[name] = []
         try:
-            return self._watch()
+            stream = self._watch()
         except OperationFailure as error:
             if error.code not in HISTORY_LOST_CODES:
                 raise
@@ -177,26 +192,24 @@ class DatabaseStream:
                 self.name,
                 (error.details or {}).get("codeName"),
             )
+            return self._recover_all()
+        oldest = min(self.floors, key=lambda name: self.floors[name])
+        self.guard.anchor(anchors[oldest])
+        return stream
+
+    def _recover_all(self) -> DatabaseChangeStream[Any]:
+        """Every collection recovers (:meth:`~.recovery.CollectionRecovery.recover`),
+        then the stream opens at the oldest new start, anchored at its token."""
         self.tokens.clear()
         self.held.clear()
         for name, follower in self.followers.items():
             self.floors[name] = follower.recover()
             self.moved[name] = time.monotonic()
-        return self._watch()
-
-    def resumable(self, token: Mapping[str, Any]) -> bool:
-        """Whether the stream can resume after ``token`` (its event is still
-        in the oplog). The stream itself opens at a time, and a server may
-        start a stream opened at a time older than its oplog at the oldest
-        entry it has (the embedded server does): asking with the token is
-        what tells, one short read per collection at start."""
-        try:
-            with self.db.watch(resume_after=token, batch_size=1, max_await_time_ms=1):
-                return True
-        except OperationFailure as error:
-            if error.code in HISTORY_LOST_CODES:
-                return False
-            raise
+        self.lost = False
+        stream = self._watch()
+        oldest = min(self.floors, key=lambda name: self.floors[name])
+        self.guard.anchor(self.followers[oldest].start_anchor())
+        return stream
 
     def split(self, events: Sequence[dict[str, Any]], caught_up: bool = False) -> dict[str, list[dict[str, Any]]]:
         """Each collection's events of a batch: those before its point left
@@ -280,11 +293,19 @@ class DatabaseStream:
                         events, caught_up = options.read_batch(stream)
                         for follower in self.followers.values():
                             follower.stats.read()
+                        if events or any(follower.pending is not None for follower in self.followers.values()):
+                            self.guard.check(stream)  # before anything this read covers is published
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         options._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise
+            except HistoryLost as error:
+                self.lost = True
+                for follower in self.followers.values():
+                    follower.stats.failed(error)
+                    follower.history_lost()
+                log.warning("%s; every collection recovers", error)
             except PyMongoError as error:
                 for follower in self.followers.values():
                     follower.stats.failed(error)

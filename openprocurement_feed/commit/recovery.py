@@ -12,11 +12,15 @@ from bson.timestamp import Timestamp
 from pymongo import ASCENDING, DESCENDING
 
 from ..store.listing import STATE_LISTING, STATE_SEQ
-from ..store.orders import COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID
+from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
+from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
 
 log = logging.getLogger("openprocurement_feed.sequencer")  # the sequencer's logger, whichever module logs
+
+#: The state's field: the resume token taken when its ``start`` was chosen.
+START_TOKEN = "start_token"
 
 
 class CollectionRecovery(CollectionRematerializer):
@@ -105,15 +109,52 @@ class CollectionRecovery(CollectionRematerializer):
             if state.get("checkpoint") is None:  # stopped during its backfill
                 self._backfill(state["start"])
             return state["start"], None
+        anchor = present_token(self.db)  # taken first: the stream's first read is checked from here
         start = successor(cluster_time(self.db))
         self.positions.update_one(
             {"_id": STATE_ID},
-            {"$setOnInsert": {"start": start, STATE_LISTING: list(self.listing), STATE_SEQ: True}},
+            {
+                "$setOnInsert": {
+                    "start": start,
+                    START_TOKEN: anchor,
+                    STATE_LISTING: list(self.listing),
+                    STATE_SEQ: True,
+                }
+            },
             upsert=True,
         )
         start = self.load_state().get("start", start)  # a sequencer that started first wins
         self._backfill(start)
         return start, None
+
+    def _start_above(self, floor: Timestamp, timeout: float = 30.0) -> tuple[Mapping[str, Any] | None, Timestamp]:
+        """A token at the present, then a start just after it, in a later
+        second of the database's clock than ``floor``: every position
+        between the two seconds is free for the re-stamped documents
+        (:class:`~.stamps.PositionCounter` counts within a second). Within
+        ``floor``'s own second the start waits for the clock's next second,
+        writing the state to move the database's time where nothing else
+        writes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            anchor = present_token(self.db)  # taken first: the stream's first read is checked from here
+            start = successor(cluster_time(self.db))
+            if start.time > floor.time or time.monotonic() > deadline:
+                return anchor, start
+            self.positions.update_one({"_id": STATE_ID}, [{"$set": {"recovering": "$$NOW"}}], upsert=True)
+            time.sleep(0.1)
+
+    def start_anchor(self) -> Mapping[str, Any] | None:
+        """The resume token taken when the saved start was chosen (a stream
+        opened at that start is checked from it), if saved."""
+        token = self.load_state().get(START_TOKEN)
+        return token if isinstance(token, Mapping) else None
+
+    def history_lost(self) -> None:
+        """Record in the state, for every reader of the health view, that
+        this collection's stream skipped history: the feed may miss changes
+        until :meth:`recover` has run (it clears the mark)."""
+        self.positions.update_one({"_id": STATE_ID}, [{"$set": {HISTORY_LOST: "$$NOW"}}], upsert=True)
 
     def _backfill(self, start: Timestamp) -> None:
         began = time.monotonic()
@@ -134,7 +175,6 @@ class CollectionRecovery(CollectionRematerializer):
         entries of vanished documents into tombstones; returns the new
         start (just after the present when it began)."""
         state = self.load_state()
-        start = successor(cluster_time(self.db))
         # Above every position written so far (a batch may have written its
         # entries past the saved token): a re-stamped entry always moves.
         newest = self.positions.find_one(
@@ -148,9 +188,17 @@ class CollectionRecovery(CollectionRematerializer):
             if isinstance(stamp, Timestamp)
         ]
         floor = max(floors) if floors else Timestamp(0, 0)
+        anchor, start = self._start_above(floor)
         count = self.restamp(start, floor=floor)
         self.stats.recovered += count
-        self.positions.update_one({"_id": STATE_ID}, {"$set": {"start": start}, "$unset": {"token": ""}}, upsert=True)
+        self.positions.update_one(
+            {"_id": STATE_ID},
+            {
+                "$set": {"start": start, START_TOKEN: anchor},
+                "$unset": {"token": "", HISTORY_LOST: "", "recovering": ""},
+            },
+            upsert=True,
+        )
         self.publish(None, None, predecessor(start))
         log.warning("Sequencer of %r: recovered, %d documents re-stamped above %s", self.name, count, floor)
         return start

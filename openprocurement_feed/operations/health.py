@@ -18,9 +18,11 @@ Verdicts (:func:`feed_health`), every age by the database's clock:
   (:mod:`.coverage`);
 * commit order: ``at-risk`` when a public write has waited longer than
   ``feed.checkpoint_threshold_seconds`` for the checkpoint to cover it,
-  with or without later writes, or when no sequencer has published its
-  figures for :data:`STALE_AFTER` (wherever it runs: a stuck or stopped one
-  publishes nothing), else ``ok``; ``unknown`` before the first checkpoint.
+  with or without later writes, while the sequencer's stream has skipped
+  history it has not recovered yet (whatever the missed documents'
+  stamps), or when no sequencer has published its figures for
+  :data:`STALE_AFTER` (wherever it runs: a stuck or stopped one publishes
+  nothing), else ``ok``; ``unknown`` before the first checkpoint.
 
 While the in-process follower (``feed.sequencer = thread`` or ``observe``)
 cannot read its change stream or write its positions (an election, a
@@ -183,7 +185,7 @@ def _stale_reason(what: str, age: float | None) -> str:
 def _commit_verdict(
     db: Database[Any], feed: Any, threshold: float, body: dict[str, Any], now: float
 ) -> tuple[str, str]:
-    checkpoint, published = checkpoint_state(db, feed.collection)
+    checkpoint, published, lost = checkpoint_state(db, feed.collection)
     if checkpoint is None:
         return "unknown", "no checkpoint yet: " + HOW_TO_WATCH
     oldest = oldest_uncovered(db, feed.collection, checkpoint, now, threshold)
@@ -193,6 +195,13 @@ def _commit_verdict(
         "age_seconds": round(max(0.0, now - checkpoint.time), 1),
         "uncovered_seconds": round(waited, 1),
     }
+    if lost is not None:
+        body["checkpoint"]["history_lost_seconds"] = round(max(0.0, now - lost), 1)
+        return "at-risk", (
+            f"the sequencer's change stream skipped changes pruned from the oplog {max(0.0, now - lost):.1f} s ago "
+            "(it fell behind the oplog's bound): until its recovery has re-stamped every changed document, "
+            "crawlers may miss some"
+        )
     if waited > threshold:
         return "at-risk", (
             f"a public write has waited {waited:.1f} s for the checkpoint (threshold {threshold:g} s): "

@@ -54,6 +54,10 @@ POSITIONS_SUFFIX = "_feed_positions"
 #: uses as an id and every server finds through the ``_id`` index; the
 #: document has no ``is_public``, so no feed query ever returns it.
 STATE_ID = MinKey()
+#: The state's field set (to the database's time) when the follower's
+#: change stream skipped history, until its recovery has re-stamped what it
+#: may have missed: the health view is not ``ok`` meanwhile.
+HISTORY_LOST = "history_lost"
 #: Seconds an offset of the other order is read earlier (on top of ``W``):
 #: a few duplicates, never a loss.
 CROSS_ORDER_MARGIN = 1.0
