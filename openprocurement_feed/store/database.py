@@ -43,6 +43,7 @@ from .orders import (
     boundary_ids,
     exclusive_upper,
 )
+from .windows import WindowHints
 
 # the write path lives in .writes; its names are still importable from here
 from .writes import HIDDEN_STATUSES as HIDDEN_STATUSES
@@ -89,9 +90,23 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
     watermark_seconds: float = 1.0
     max_limit: int = 1000
     max_time_ms: int = 0
+    #: read pages in bounded windows of their key (:mod:`.windows`): a page
+    #: costs the database O(limit) on a server that applies a limit only
+    #: after it has gathered every match; False reads each range whole
+    windowed_reads: bool = True
     #: statuses whose objects no feed shows (the default :meth:`is_public`)
 
     # -- reads ------------------------------------------------------------
+
+    def window_hints(self) -> WindowHints | None:
+        """What this store learnt of its collections' keys (one per store),
+        or None when :attr:`windowed_reads` is off."""
+        if not self.windowed_reads:
+            return None
+        hints = self.__dict__.get("_window_hints")
+        if hints is None:
+            hints = self.__dict__["_window_hints"] = WindowHints()
+        return hints
 
     def feed_order(self, name: str | None = None) -> FeedOrder:
         """The :class:`~.orders.FeedOrder` called ``name`` (default: watermark)."""
@@ -167,6 +182,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
         fields = list(fields)
         feed_order = self.feed_order(order)
         with feed_order.reader(collection, self.max_time_ms, key=offset_field) as reader:
+            reader.hints = self.window_hints()
             rows = self._rows(
                 reader,
                 fields,
@@ -250,6 +266,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
             offset = feed_order.convert(offset, descending)
         key = offset.field if offset is not None else feed_order.key
         with feed_order.reader(collection, self.max_time_ms, key=key) as reader:
+            reader.hints = self.window_hints()
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
             return reader.finish(rows, fields)
 

@@ -30,12 +30,14 @@ from typing import Any
 
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
+from pymongo import ASCENDING, DESCENDING
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 
 from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
 from .offset import Offset, compose_offset, compose_position
+from .windows import WindowHints, read_windowed
 
 WATERMARK = "watermark"
 COMMIT = "commit"
@@ -177,6 +179,10 @@ class PageReader:
 
     key: str = PUBLIC_MODIFIED
 
+    #: what the store learnt of its collections' keys: with them, a sorted
+    #: read is made in bounded windows of the key (:mod:`.windows`)
+    hints: WindowHints | None = None
+
     def __init__(self, max_time_ms: int = 0, session: ClientSession | None = None) -> None:
         self.max_time_ms = max_time_ms
         self.session = session
@@ -189,6 +195,36 @@ class PageReader:
         return row.get(self.key)
 
     def _cursor(
+        self,
+        collection: Collection[Any],
+        query: Mapping[str, Any],
+        projection: Mapping[str, Any],
+        sort: Sequence[tuple[str, int]] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        hints = self.hints
+        if hints is None or not sort or limit <= 0 or sort[0][0] != self.key:
+            return self._read(collection, query, projection, sort, limit)
+        name = (collection.full_name, self.key)
+
+        def run(windowed: Mapping[str, Any], wanted: int) -> list[dict[str, Any]]:
+            return self._read(collection, windowed, projection, sort, wanted)
+
+        def lowest() -> Any:
+            if name not in hints.lowest_keys:
+                floor = Timestamp(0, 0) if self.key != PUBLIC_MODIFIED else float("-inf")
+                first = self._read(collection, {self.key: {"$gte": floor}}, {self.key: 1}, [(self.key, ASCENDING)], 1)
+                hints.lowest_keys[name] = first[0].get(self.key) if first else None
+            return hints.lowest_keys[name]
+
+        descending = sort[0][1] == DESCENDING
+        direction = (*name, str(descending))
+        rows, density = read_windowed(run, query, self.key, descending, limit, lowest, hints.densities.get(direction))
+        if density:
+            hints.densities[direction] = density
+        return rows
+
+    def _read(
         self,
         collection: Collection[Any],
         query: Mapping[str, Any],

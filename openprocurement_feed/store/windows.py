@@ -1,0 +1,188 @@
+"""A page read in bounded windows of its sort key (SPEC I.1).
+
+A page is the first ``limit`` rows of a range of ``(key, _id)``. MongoDB
+reads them off an index and stops at ``limit``; a server that gathers every
+match of the range before it applies the limit (the embedded server does)
+pays for the whole rest of the feed on every page, so a crawl costs O(n²).
+:func:`read_windowed` asks instead for the rows of a window of the key just
+past the offset, wide enough for the page by the density seen so far, and
+goes on with the next window while the page is not full. Each row of a
+window sorts before every row of the next one, so the rows the windows
+bring, in turn, are exactly the page that one query over the whole range
+returns: same rows, same order, whatever the data.
+
+The first window of a page without a lower bound (ascending) or an upper one
+(descending) is open on that side, and the last one is open on the far side
+(past :attr:`WindowHints.end`, or past the lowest key known): no row is ever
+outside every window. The hints (the lowest key of a collection and the
+density of its rows) only make the windows fit; a wrong hint costs reads,
+never a row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson.timestamp import Timestamp
+
+#: Seconds of the first window of a collection the hints know nothing of.
+FIRST_WINDOW_SECONDS = 60.0
+#: How much wider than the density asks a window is made (rows come unevenly).
+SLACK = 1.5
+#: How much a window grows at most from one read to the next.
+MAX_GROWTH = 8.0
+#: Seconds past the clock of this process that stamps may still reach
+#: (another machine's clock): past them the last window is open.
+CLOCK_MARGIN_SECONDS = 86400.0
+
+#: Runs a query with a limit: the page's rows in ``(key, _id)`` order.
+Run = Callable[[Mapping[str, Any], int], list[dict[str, Any]]]
+
+
+@dataclass
+class WindowHints:
+    """What one process learnt of a collection's keys: the lowest key (the
+    start of an ascending first page) and the rows per second of key seen
+    by the last page. Kept by the store, per collection and key."""
+
+    #: lowest keys found, per collection and key (found once by one read)
+    lowest_keys: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: rows per second of key the last page of a collection, key and
+    #: direction showed
+    densities: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+
+def shifted(value: Any, seconds: float) -> Any:
+    """``value`` moved by ``seconds`` of key: a number of seconds or a
+    ``Timestamp`` (its whole seconds); None for another type."""
+    if isinstance(value, Timestamp):
+        moved = max(0, min(int(value.time + seconds), 2**32 - 1))
+        return Timestamp(moved, 0)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value + seconds
+    return None
+
+
+def span(low: Any, high: Any) -> float:
+    """Seconds of key between two values of the same kind."""
+    if isinstance(low, Timestamp) and isinstance(high, Timestamp):
+        return float(high.time - low.time)
+    return float(high - low)
+
+
+def bounds(condition: Any, descending: bool) -> tuple[Any, Any]:
+    """The near and far bounds a range condition on the key sets (the
+    offset's side first), None where it sets none."""
+    if not isinstance(condition, Mapping):
+        return None, None
+    low = condition.get("$gt", condition.get("$gte"))
+    high = condition.get("$lt", condition.get("$lte"))
+    return (high, low) if descending else (low, high)
+
+
+def density_of(found: list[dict[str, Any]], key: str, width: float) -> float:
+    """Rows per second of key of a window's rows: over the span of their
+    keys where they carry it (a window wider than its rows says too little),
+    else over the window's width."""
+    first, last = found[0].get(key), found[-1].get(key)
+    if len(found) > 1 and first is not None and last is not None and shifted(first, 0) is not None:
+        try:
+            return len(found) / max(abs(span(first, last)), 0.001)
+        except TypeError:
+            pass
+    return len(found) / width
+
+
+def branch_start(query: Mapping[str, Any], key: str, descending: bool) -> Any:
+    """Where a query whose key conditions all stand in ``$or`` branches (a
+    tie group's rest: key past the value, or at it with a later ``_id``)
+    starts: the loosest of the branches' near bounds; None when a branch
+    does not bound the key."""
+    branches = query.get("$or")
+    if key in query or not isinstance(branches, list) or not branches:
+        return None
+    starts = []
+    for branch in branches:
+        condition = branch.get(key) if isinstance(branch, Mapping) else None
+        if condition is None:
+            return None
+        near = bounds(condition, descending)[0] if isinstance(condition, Mapping) else condition
+        if near is None:
+            return None
+        starts.append(near)
+    try:
+        return max(starts) if descending else min(starts)
+    except TypeError:
+        return None
+
+
+def read_windowed(
+    run: Run,
+    query: Mapping[str, Any],
+    key: str,
+    descending: bool,
+    limit: int,
+    lowest: Callable[[], Any],
+    density: float | None,
+) -> tuple[list[dict[str, Any]], float | None]:
+    """The first ``limit`` rows of ``query`` in ``(key, _id)`` order (the
+    sort ``run`` applies), read in windows of ``key``; and the density (rows
+    per second of key) they showed, for the next page's first window.
+
+    :param lowest: the lowest key the collection may have (a hint, read
+        only where a page needs it).
+    """
+    condition = query.get(key)
+    near, far = bounds(condition, descending)
+    if limit <= 0 or (condition is not None and not isinstance(condition, Mapping)):
+        return run(query, limit), density
+    start = near if near is not None else branch_start(query, key, descending)
+    if start is None:
+        start = lowest() if not descending else far
+        if start is None and descending:
+            start = time.time() + CLOCK_MARGIN_SECONDS
+    if start is None or shifted(start, 0) is None:
+        return run(query, limit), density
+    end = far if far is not None else (time.time() + CLOCK_MARGIN_SECONDS if not descending else lowest())
+    if isinstance(start, Timestamp) and not isinstance(end, Timestamp) and end is not None:
+        end = Timestamp(int(min(end, 2**32 - 1)), 0) if not descending else None
+    width = limit / density * SLACK if density else FIRST_WINDOW_SECONDS
+    rows: list[dict[str, Any]] = []
+    edge = start  # the window's near side: past the rows read so far
+    seen = density  # rows per second of key of the last window that had rows
+    first = True
+    while True:
+        width = max(width, 1.0 if isinstance(edge, Timestamp) else 0.001)
+        other = shifted(edge, -width if descending else width)
+        last = end is None or (other <= end if descending else other >= end)
+        window: dict[str, Any] = dict(condition) if isinstance(condition, Mapping) else {}
+        if not first:  # past the rows already read: the near side moves
+            for operator in ("$lt", "$lte") if descending else ("$gt", "$gte"):
+                window.pop(operator, None)
+            window["$lt" if descending else "$gte"] = edge
+        if not last:
+            window["$gte" if descending else "$lt"] = other
+            if descending:
+                window.pop("$gt", None)
+            else:
+                window.pop("$lte", None)
+        windowed = dict(query)
+        if window:
+            windowed[key] = window
+        else:
+            windowed.pop(key, None)
+        found = run(windowed, limit - len(rows))
+        rows.extend(found)
+        if found and not last:
+            seen = density_of(found, key, width)
+        if len(rows) >= limit or last:
+            return rows[:limit], seen
+        # the next window: as wide as the last window's density asks for
+        # the rest (a gap before it would make the page's own too low)
+        wanted = (limit - len(rows)) / density_of(found, key, width) * SLACK if found else width * 2
+        width = min(wanted, width * MAX_GROWTH)
+        edge = other
+        first = False

@@ -1,0 +1,156 @@
+"""Pages read in bounded windows of their key (SPEC I.1): the same pages and
+offsets as one read of the whole range, byte for byte, in both orders,
+forward and descending; and a page gathers O(limit) matches on the server,
+not the rest of the feed (counted from the queries the store sent)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import wait_sequenced
+from pymongo import monitoring
+
+from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.offset import Offset, parse_offset
+
+NOW = 1_790_000_000.0
+
+
+def stamps(count: int, seed: int) -> list[float]:
+    """Uneven stamps: bursts with ties, quiet gaps of days, a few outliers."""
+    chooser = random.Random(seed)
+    values: list[float] = []
+    moment = NOW - 400 * 86400
+    while len(values) < count:
+        kind = chooser.random()
+        if kind < 0.2:  # one command stamping several documents: a tie group
+            values += [round(moment, 3)] * chooser.randint(2, 30)
+        elif kind < 0.3:
+            moment += chooser.uniform(3600, 20 * 86400)
+        else:
+            moment += chooser.expovariate(1 / 30)
+            values.append(round(moment, 3))
+    return values[:count]
+
+
+class Finds(monitoring.CommandListener):
+    """The filters of the ``find`` commands sent on one collection."""
+
+    def __init__(self, collection: str) -> None:
+        self.collection = collection
+        self.filters: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "find" and event.command.get("find") == self.collection:
+            self.filters.append(dict(event.command.get("filter") or {}))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def crawl(store: FeedStore, order: str, limit: int, descending: bool = False) -> Iterator[tuple[list[Any], str]]:
+    """Every page of a crawl: its rows and the offset after it."""
+    collection = store.collection("tenders")
+    offset: Offset | None = None
+    feed_order = store.feed_order(order)
+    for _ in range(10_000):
+        rows = store.feed_page(
+            collection, ["dateModified"], offset=offset, limit=limit, descending=descending, order=order
+        )
+        if not rows:
+            return
+        value = feed_order.row_value(rows[-1])
+        text = feed_order.compose(value, [row["_id"] for row in rows if feed_order.row_value(row) == value])
+        yield [(row["_id"], row.get("dateModified")) for row in rows], text
+        offset = parse_offset(text)
+    raise AssertionError("the crawl did not end")
+
+
+@pytest.fixture
+def filled(store: FeedStore) -> FeedStore:
+    collection = store.collection("tenders")
+    docs = [
+        {
+            "_id": uuid.uuid4().hex,
+            "_rev": "1-" + uuid.uuid4().hex,
+            "status": "active",
+            "dateModified": f"2026-01-01T00:00:{number % 60:02d}+00:00",
+            "is_public": True,
+            "is_test": number % 7 == 0,
+            "public_modified": stamp,
+        }
+        for number, stamp in enumerate(stamps(700, seed=7))
+    ]
+    collection.insert_many(docs)
+    return store
+
+
+def pages_both_ways(store: FeedStore, order: str, limit: int, descending: bool) -> tuple[list[Any], list[Any]]:
+    store.windowed_reads = False
+    whole = list(crawl(store, order, limit, descending))
+    store.windowed_reads = True
+    windowed = list(crawl(store, order, limit, descending))
+    return whole, windowed
+
+
+@pytest.mark.parametrize("limit", [1, 7, 100])
+@pytest.mark.parametrize("descending", [False, True], ids=["forward", "descending"])
+def test_windows_give_the_same_pages_and_offsets_in_watermark_order(
+    filled: FeedStore, limit: int, descending: bool
+) -> None:
+    whole, windowed = pages_both_ways(filled, "watermark", limit, descending)
+    assert sum(len(rows) for rows, _ in whole) >= 700 * 6 // 7 - 1
+    assert windowed == whole
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["forward", "descending"])
+def test_windows_give_the_same_pages_and_offsets_in_commit_order(filled: FeedStore, descending: bool) -> None:
+    from openprocurement_feed.commit.sequencer import Sequencer
+
+    sequencer = Sequencer(filled.db, {"tenders": ()}).start()
+    try:
+        assert sequencer.wait_ready(timeout=60)
+        wait_sequenced(filled.db, timeout=60)
+        whole, windowed = pages_both_ways(filled, "commit", 50, descending)
+    finally:
+        sequencer.stop()
+    assert sum(len(rows) for rows, _ in whole) >= 700 * 6 // 7 - 1
+    assert windowed == whole
+
+
+def gathered(store: FeedStore, finds: Finds) -> int:
+    """The matches the server gathered for the queries sent (each counted
+    without its limit: what a server without limit pushdown reads)."""
+    collection = store.collection("tenders")
+    return sum(collection.count_documents(query) for query in finds.filters)
+
+
+def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(filled: FeedStore, mongodb_uri: str) -> None:
+    from pymongo import MongoClient
+
+    finds = Finds("tenders")
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+    store = FeedStore(client, filled.db.name, watermark_seconds=1.0)
+    try:
+        figures: dict[tuple[bool, str], int] = {}
+        for windowed in (False, True):
+            store.windowed_reads = windowed
+            for name, descending in (("forward", False), ("descending", True)):
+                pages = crawl(store, "watermark", 20, descending)
+                next(pages)  # the first page (the hints' one read is counted too)
+                finds.filters.clear()
+                for _ in range(10):
+                    next(pages)
+                figures[windowed, name] = gathered(store, finds)
+    finally:
+        client.close()
+    for name in ("forward", "descending"):
+        assert figures[False, name] > 10 * 200, figures  # the rest of the feed, page after page
+        assert figures[True, name] < 10 * 20 * 6, figures  # about the pages themselves
