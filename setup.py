@@ -101,6 +101,9 @@ setup(
     keywords="pyramid mongodb feed pagination openprocurement watermark",
     license="Apache-2.0",
     packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
+    # the embedded server's launcher: a program of its own (GPL-2.0, as the
+    # server it runs), beside the package, never imported by it
+    py_modules=["openprocurement_feed_secantus"],
     include_package_data=True,
     zip_safe=False,
     python_requires=">=3.10",

@@ -3,9 +3,9 @@
     python ops/secantusd_lifetime.py SECONDS --host 127.0.0.1 --port ... (secantusd-py's flags)
 
 A thin wrapper of the embedded server's launcher
-(``openprocurement_feed/embedded/launcher.py``, loaded by path)::
+(``openprocurement_feed_secantus.py``, loaded by path)::
 
-    python openprocurement_feed/embedded/launcher.py --transaction-lifetime SECONDS -- FLAGS...
+    python openprocurement_feed_secantus.py --transaction-lifetime SECONDS -- FLAGS...
 
 It is ``secantusd-py`` (``secantus.cli.main``, same flags, same behaviour)
 with one difference: an open transaction idle for SECONDS is aborted, where
@@ -41,9 +41,7 @@ from types import ModuleType
 USAGE = "usage: secantusd_lifetime.py SECONDS SECANTUSD-FLAGS..."
 
 #: The embedded server's launcher, which this file wraps.
-LAUNCHER = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "openprocurement_feed", "embedded", "launcher.py"
-)
+LAUNCHER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "openprocurement_feed_secantus.py")
 
 
 def parse_seconds(text: str) -> float:

@@ -40,8 +40,9 @@ settings.load_profile("suite")
 
 from openprocurement_feed.testing import TEST_WATERMARK, wait_watermark  # noqa: E402
 
-#: The package's own testing kit: mongodb_uri, mongo_client, db_name, settings.
-pytest_plugins = ["openprocurement_feed.testing"]
+#: The package's own testing kit: mongodb_uri, mongo_client, db_name,
+#: settings; and the mirror's databases (SQLite files, a PostgreSQL cluster).
+pytest_plugins = ["openprocurement_feed.testing", "mirror_support"]
 __all__ = ["TEST_WATERMARK", "wait_watermark"]
 
 # A shell that starts a job in the background (``make test &``, nohup, some

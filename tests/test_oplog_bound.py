@@ -110,8 +110,13 @@ def burst_reaches_the_feed(web: TestApp, client: MongoClient[Any], db_name: str,
     finally:
         sampler.stopping.set()
         sampler.join(10)
-    state = client[db_name][positions_name("tenders")].find_one({"_id": STATE_ID}) or {}
-    assert HISTORY_LOST not in state, "the recovery cleared the mark"
+    # the recovery's own writes may push its start out of the oplog too:
+    # another (cheaper) recovery then runs; the mark goes with the last one
+    positions = client[db_name][positions_name("tenders")]
+    while HISTORY_LOST in (positions.find_one({"_id": STATE_ID}) or {}):
+        assert time.monotonic() < deadline, "the recoveries cleared the mark"
+        time.sleep(0.2)
+    assert crawl(web) >= expected
     return sampler
 
 

@@ -314,14 +314,16 @@ class CollectionSequencer(CollectionRecovery):
                         events, caught_up = self.read_batch(stream)
                         self.stats.read()
                         if events:
-                            self.guard.check(stream)  # before what this read measured is published
+                            self.guard.check(stream)  # before what this read covers is published
+                        else:
+                            self.guard.check_idle(stream)
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         self._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise
             except HistoryLost as error:
-                # what committed since its last check is not measured: resume
+                # what committed since its last check is not seen: resume
                 # from the present (the stretch is recorded and published)
                 log.warning("Observer of %r: %s", self.name, error)
                 self.stats.failed(error)

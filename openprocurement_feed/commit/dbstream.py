@@ -295,6 +295,8 @@ class DatabaseStream:
                             follower.stats.read()
                         if events or any(follower.pending is not None for follower in self.followers.values()):
                             self.guard.check(stream)  # before anything this read covers is published
+                        else:
+                            self.guard.check_idle(stream)
                         self.handle(stream, events, caught_up)
                         empty = 0 if events else empty + 1
                         options._pace(len(events), empty, began, stopping)

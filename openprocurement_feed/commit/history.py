@@ -19,22 +19,30 @@ anything that read covers.
 A stream opened at a time rather than after a token is anchored by a token
 taken at that time (:func:`present_token`), so its first read is checked
 too. The check is one short read of a change stream (an ``aggregate`` and a
-``killCursors``), made only after reads that brought something to publish.
+``killCursors``), made after reads that brought something to publish, and
+about once a second while reads bring nothing but the stream's point moves
+(all the changes it follows may have been pruned before it read them).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from pymongo.change_stream import ChangeStream
 from pymongo.database import Database
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 from .errors import HISTORY_LOST_CODES
 
 #: MongoDB's code for a change stream whose history has left the oplog.
 CHANGE_STREAM_HISTORY_LOST = 286
+#: Seconds between two checks of a stream whose reads bring nothing to
+#: publish while its point moves on (every change it follows may have been
+#: pruned before it read them: it would wait for events that never come).
+IDLE_CHECK_SECONDS = 1.0
 
 
 class HistoryLost(OperationFailure):
@@ -51,11 +59,17 @@ class HistoryLost(OperationFailure):
         )
 
 
+def streams_of(db: Database[Any]) -> Database[Any]:
+    """``db`` with the read concern a change stream accepts (the server's
+    default: a host may give its database another, ``local`` say)."""
+    return db.with_options(read_concern=ReadConcern())
+
+
 def resumable(db: Database[Any], token: Mapping[str, Any]) -> bool:
     """Whether a change stream of ``db`` can resume after ``token`` (its
     point is still in the oplog): one short read, on any server."""
     try:
-        with db.watch(resume_after=token, batch_size=1, max_await_time_ms=1):
+        with streams_of(db).watch(resume_after=token, batch_size=1, max_await_time_ms=1):
             return True
     except OperationFailure as error:
         if error.code in HISTORY_LOST_CODES:
@@ -66,7 +80,7 @@ def resumable(db: Database[Any], token: Mapping[str, Any]) -> bool:
 def present_token(db: Database[Any]) -> Mapping[str, Any] | None:
     """A resume token of ``db``'s change stream at the present (the point a
     stream opened now starts from), or None where the server gives none."""
-    with db.watch(batch_size=0, max_await_time_ms=1) as stream:
+    with streams_of(db).watch(batch_size=0, max_await_time_ms=1) as stream:
         token = stream.resume_token
     return dict(token) if token else None
 
@@ -85,6 +99,8 @@ class HistoryGuard:
         self.point: Mapping[str, Any] | None = None
         #: checks made (for tests and benchmarks)
         self.checks = 0
+        #: when (``time.monotonic()``) the last check was made
+        self.checked_at = 0.0
 
     def anchor(self, token: Mapping[str, Any] | None) -> None:
         """The stream was opened at ``token`` (or at the time it was taken):
@@ -96,6 +112,7 @@ class HistoryGuard:
         raise :class:`HistoryLost` when the point reached before the reads
         since the last check has left the oplog; else take the stream's
         present point as the next one to verify."""
+        self.checked_at = time.monotonic()
         if self.point is not None:
             self.checks += 1
             if not resumable(self.db, self.point):
@@ -104,3 +121,11 @@ class HistoryGuard:
         token = stream.resume_token
         if token:
             self.point = dict(token)
+
+    def check_idle(self, stream: ChangeStream[Any]) -> None:
+        """After a read that brought nothing to publish: :meth:`check`, at
+        most every :data:`IDLE_CHECK_SECONDS`, when the stream's point has
+        moved since the last check."""
+        token = stream.resume_token
+        if token and dict(token) != self.point and time.monotonic() - self.checked_at >= IDLE_CHECK_SECONDS:
+            self.check(stream)

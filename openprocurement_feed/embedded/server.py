@@ -48,9 +48,21 @@ log = logging.getLogger("openprocurement_feed.embedded")  # its name from before
 EXECUTABLE = "secantusd-py"
 #: The guard that removes a throwaway folder when the server exits.
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
-#: The launcher that runs the server with the binding's leak mended
-#: (:mod:`.launcher`: run by path as a program of its own, never imported).
-LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+#: The module of the launcher that runs the server with the binding's leak
+#: mended: installed beside the package, under the server's licence, run by
+#: path as a program of its own, never imported.
+LAUNCHER_MODULE = "openprocurement_feed_secantus"
+
+
+def launcher_path() -> str:
+    """The path of the launcher's file (found, not imported), or "" where it
+    is not installed."""
+    spec = importlib.util.find_spec(LAUNCHER_MODULE)
+    return spec.origin if spec is not None and spec.origin else ""
+
+
+#: The launcher's file ("" where it is not installed).
+LAUNCHER = launcher_path()
 #: The start of the launcher's line that says what became of the mend
 #: (``launcher.MEND_PREFIX``; the launcher is never imported).
 MEND_PREFIX = "embedded launcher: binding leak mend: "
@@ -257,8 +269,12 @@ class EmbeddedServer:
         interpreter cannot import the server."""
         if self.launcher:
             return list(self.launcher)
-        if importlib.util.find_spec(SERVER_PACKAGE) is None:
-            log.warning("The embedded database runs without its leak mend: %s is not importable here", SERVER_PACKAGE)
+        if not LAUNCHER or importlib.util.find_spec(SERVER_PACKAGE) is None:
+            log.warning(
+                "The embedded database runs without its leak mend: %s or %s is not installed here",
+                LAUNCHER_MODULE,
+                SERVER_PACKAGE,
+            )
             return [executable]
         return [sys.executable, LAUNCHER, *(() if self.mend_leaks else ("--no-mend-leaks",)), "--"]
 

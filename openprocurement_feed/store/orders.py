@@ -211,9 +211,11 @@ class PageReader:
             return self._read(collection, windowed, projection, sort, wanted)
 
         def lowest() -> Any:
+            # the page's own filters without its key's range (a hint for
+            # every page of the collection: found once by one read)
             if name not in hints.lowest_keys:
-                floor = Timestamp(0, 0) if self.key != PUBLIC_MODIFIED else float("-inf")
-                first = self._read(collection, {self.key: {"$gte": floor}}, {self.key: 1}, [(self.key, ASCENDING)], 1)
+                unbounded = {field: value for field, value in query.items() if field != self.key}
+                first = self._read(collection, unbounded, {self.key: 1}, [(self.key, ASCENDING)], 1)
                 hints.lowest_keys[name] = first[0].get(self.key) if first else None
             return hints.lowest_keys[name]
 

@@ -1,7 +1,13 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The embedded server's launcher: a separate program, run with the server.
 
-    python launcher.py [--transaction-lifetime SECONDS] [--no-mend-leaks] [--] SECANTUSD-FLAGS...
-    python launcher.py --check
+    python openprocurement_feed_secantus.py [--transaction-lifetime SECONDS] [--no-mend-leaks] [--] SECANTUSD-FLAGS...
+    python openprocurement_feed_secantus.py --check
+
+It is not part of the ``openprocurement_feed`` package (Apache-2.0): it
+changes SecantusDB (GPL-2.0) in SecantusDB's own process, so it is a module
+of its own, installed beside the package, under SecantusDB's licence,
+GPL-2.0.
 
 :class:`openprocurement_feed.embedded.server.EmbeddedServer` runs this file
 by path with ``sys.executable`` in place of ``secantusd-py``; no module of the
@@ -257,7 +263,7 @@ def main(argv: list[str]) -> int:
     return serve(options)
 
 
-def serve(options: Options) -> int:  # pragma: no cover - runs in the server's process, which is not measured
+def serve(options: Options) -> int:  # pragma: no cover - runs in the server's process, whose coverage is not collected
     """Run ``secantus.cli.main`` with the server's flags, after the mend and
     with the transaction lifetime that ``options`` ask for."""
     from secantus import cli, server  # type: ignore[import-untyped]
