@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cli import CommandError
@@ -185,6 +186,11 @@ def _check(reconciler: FeedReconciler, items: str, err: TextIO, label: str) -> R
 
     copy = read_items(items)
     print(f"Copy {items}: {len(copy)} objects in {copy.lines} lines.", file=err)
+    return reconciler.run(copy.pairs(), on_round=round_printer(label, err))
+
+
+def round_printer(label: str, err: TextIO) -> Callable[[RoundReport], None]:
+    """Prints a progress line on ``err`` for each round of a check."""
 
     def progress(report: RoundReport) -> None:
         print(
@@ -195,7 +201,7 @@ def _check(reconciler: FeedReconciler, items: str, err: TextIO, label: str) -> R
             flush=True,
         )
 
-    return reconciler.run(copy.pairs(), on_round=progress)
+    return progress
 
 
 def _repair(reconciler: FeedReconciler, result: ReconcileResult, items: str, fetch: bool) -> int:

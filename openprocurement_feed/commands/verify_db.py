@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cli import CommandError
 from .mirror import open_store
-from .verify import _size, summary
+from .verify import round_printer, summary
 
 if TYPE_CHECKING:
-    from ..client.reconcile import RoundReport
+    pass
 
 
 def verify_db(
@@ -55,16 +55,7 @@ def verify_db(
 
     def check(label: str, fix: bool) -> Any:
         print(f"Copy {store.where}, feed {name}: {store.count(name)} rows.", file=err)
-
-        def progress(report: RoundReport) -> None:
-            print(
-                f"{label}round {report.round}: sent {_size(report.sent)}, received {_size(report.received)}; "
-                f"so far {report.need} id(s) only the feed has, {report.have} only the copy has "
-                f"({report.elapsed:.2f} s)",
-                file=err,
-                flush=True,
-            )
-
+        progress = round_printer(label, err)
         report = check_feed(reconciler, store, name, repair=fix, whole=whole, fields=fields, on_round=progress)
         checks.append(report.result.as_json())
         return report
