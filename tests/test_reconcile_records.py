@@ -79,3 +79,32 @@ def test_every_uuid_hex_makes_a_record(uuid: object, timestamp: int) -> None:
     hex_id = uuid.hex  # type: ignore[attr-defined]
     assert is_feed_id(hex_id)
     assert object_id(record_id(hex_id, timestamp)) == hex_id
+
+
+def test_micros_is_exact_where_a_float_is_not() -> None:
+    from datetime import datetime, timezone
+
+    from openprocurement_feed.reconcile.records import micros
+
+    moment = datetime(2262, 3, 1, 10, 0, 0, 7, tzinfo=timezone.utc)
+    exact = 9219780000 * 1_000_000 + 7
+    assert micros(moment) == exact
+    assert micros(moment.replace(tzinfo=None)) == exact
+    assert micros(moment) == timestamp_us(moment.isoformat())
+    lossy = [
+        m
+        for m in range(1, 1000)
+        if int(moment.replace(microsecond=m).timestamp() * 1_000_000) != micros(moment.replace(microsecond=m))
+    ]
+    assert lossy, "the float path should lose a microsecond somewhere: the test would prove nothing"
+
+
+def test_shown_record_is_the_one_rule() -> None:
+    from openprocurement_feed.reconcile.records import shown_record
+
+    assert shown_record(OID, "2024-03-01T10:00:00+00:00") == record(OID, "2024-03-01T10:00:00+00:00")
+    assert shown_record(OID.upper(), "2024-03-01T10:00:00+00:00") == record(OID, "2024-03-01T10:00:00+00:00")
+    for no_version in (None, 17, "", "yesterday", "1969-12-31T23:59:59+00:00"):
+        assert shown_record(OID, no_version) is None
+    with pytest.raises(ValueError, match="32 hexadecimal digits"):
+        shown_record("not-a-feed-id", "2024-03-01T10:00:00+00:00")

@@ -43,6 +43,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
 
+from ..reconcile.endpoint import PROTOCOL, endpoint_path
 from ..reconcile.errors import ProtocolError, UnsupportedVersion
 from ..reconcile.negentropy import Negentropy
 from ..reconcile.records import object_id, record_id, timestamp_us
@@ -60,8 +61,6 @@ from .http import (
 )
 from .objects import DEFAULT_CONCURRENCY, ObjectFetcher
 
-#: The protocol version this client speaks (SPEC G.2's ``"protocol"``).
-PROTOCOL = 1
 #: The feed's query parameters that do not choose the feed's set of objects.
 PAGE_PARAMS = ("offset", "descending", "limit", "opt_fields", "feed", "timeout", "until")
 #: How long the rounds keep trying: a ``503`` (the server's aggregates not
@@ -89,7 +88,7 @@ def reconcile_url(feed_url: str) -> str:
     prefix, _, name = parts.path.rstrip("/").rpartition("/")
     if not name:
         raise FeedError(f"the feed URL {feed_url!r} names no feed (expected e.g. https://host/api/2.5/tenders)")
-    return urlunsplit((parts.scheme, parts.netloc, f"{prefix}/feeds/{name}/reconcile", "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, endpoint_path(prefix, name), "", ""))
 
 
 class FeedReconciler:

@@ -51,7 +51,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from itertools import chain, islice
 from typing import Any
 
@@ -61,6 +61,7 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from ..reconcile.records import micros
 from ..store.buckets import (
     DATE_MODIFIED,
     INDEX_KEYS,
@@ -122,13 +123,9 @@ def now_us() -> int:
 
 
 def event_wall_us(event: Mapping[str, Any]) -> int | None:
-    """An event's ``wallTime`` in µs, None without one."""
+    """An event's ``wallTime`` in µs (exactly), None without one."""
     wall = event.get("wallTime")
-    if not isinstance(wall, datetime):
-        return None
-    if wall.tzinfo is None:
-        wall = wall.replace(tzinfo=timezone.utc)
-    return int(wall.timestamp() * 1_000_000)
+    return micros(wall) if isinstance(wall, datetime) else None
 
 
 class KeeperStats:

@@ -28,6 +28,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from pyramid.response import Response
 
+from ..reconcile.endpoint import PROTOCOL, endpoint_path
 from ..reconcile.errors import ProtocolError, UnsupportedVersion
 from ..reconcile.items import MAX_TIMESTAMP
 from ..reconcile.negentropy import Negentropy
@@ -45,8 +46,6 @@ from .errors import error_body
 
 log = logging.getLogger("openprocurement_feed.reconcile")
 
-#: The Negentropy protocol version the endpoint speaks.
-PROTOCOL = 1
 OCTET_STREAM = "application/octet-stream"
 DIGITS_RE = re.compile(r"[0-9]{1,20}", re.ASCII)
 
@@ -58,7 +57,7 @@ def reconcile_route_name(name: str) -> str:
 
 def reconcile_path(route_prefix: str, name: str) -> str:
     """Where feed ``name``'s reconcile endpoint is served."""
-    return f"{route_prefix}/feeds/{name}/reconcile"
+    return endpoint_path(route_prefix, name)
 
 
 def error_response(status: int, name: str, description: str, location: str = "querystring", **headers: str) -> Response:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..reconcile.endpoint import PROTOCOL
 from ..settings import FeedSettings
-from .reconcile import OCTET_STREAM, PROTOCOL, reconcile_path
+from .reconcile import OCTET_STREAM, reconcile_path
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:

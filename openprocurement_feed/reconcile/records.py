@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 from .items import Item
 
-__all__ = ["is_feed_id", "object_id", "record", "record_id", "timestamp_us"]
+__all__ = ["is_feed_id", "micros", "object_id", "record", "record_id", "shown_record", "timestamp_us"]
 
 _FEED_ID = re.compile(r"[0-9a-fA-F]{32}")
 _ISO = re.compile(
@@ -59,6 +59,14 @@ def timestamp_us(date_modified: str) -> int:
     return micros
 
 
+def micros(moment: datetime) -> int:
+    """``moment`` in whole microseconds since the epoch, exactly (no float on
+    the way); a naive datetime is taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // _MICROSECOND
+
+
 def record_id(object_id: str, timestamp: int) -> bytes:
     """The 32-byte record id of version ``timestamp`` (µs) of object ``object_id``."""
     if not is_feed_id(object_id):
@@ -78,4 +86,24 @@ def object_id(record_id: bytes) -> str:
 def record(object_id: str, date_modified: str) -> Item:
     """The record of an object's version: its timestamp and record id."""
     timestamp = timestamp_us(date_modified)
+    return Item(timestamp, record_id(object_id, timestamp))
+
+
+def shown_record(object_id: str, date_modified: object) -> Item | None:
+    """The record of an object as a feed shows it, or None when its
+    ``dateModified`` gives no version (missing, not a date, before 1970).
+
+    The one rule every side applies: the keeper's aggregates, the
+    endpoint's reads without them, the client's copies. Raises ValueError
+    for an id that is not 32 hexadecimal digits: a feed that shows one
+    cannot be reconciled.
+    """
+    if not is_feed_id(object_id):
+        raise ValueError(f"object id {object_id!r} is not 32 hexadecimal digits")
+    if not isinstance(date_modified, str):
+        return None
+    try:
+        timestamp = timestamp_us(date_modified)
+    except ValueError:
+        return None
     return Item(timestamp, record_id(object_id, timestamp))

@@ -43,7 +43,7 @@ from bson.min_key import MinKey
 from pymongo import ASCENDING
 
 from ..reconcile.fingerprint import limbs
-from ..reconcile.records import is_feed_id, record_id, timestamp_us
+from ..reconcile.records import is_feed_id, shown_record
 
 #: The reconcile collection of feed collection ``name`` is ``name + suffix``.
 RECONCILE_SUFFIX = "_feed_reconcile"
@@ -178,15 +178,10 @@ def record_of(doc: Mapping[str, Any], scope_fields: Iterable[str]) -> Record | N
     if not isinstance(object_id, str) or not is_feed_id(object_id):
         return None
     version = version_of(doc)
-    modified = doc.get(DATE_MODIFIED)
-    if doc.get("is_public") is not True or not isinstance(modified, str):
+    item = shown_record(object_id, doc.get(DATE_MODIFIED)) if doc.get("is_public") is True else None
+    if item is None:
         return Record(object_id, version)
-    try:
-        stamp = timestamp_us(modified)
-    except ValueError:
-        return Record(object_id, version)
-    rid = record_id(object_id, stamp).hex()
-    return Record(object_id, version, stamp, rid, tuple(document_views(doc, scope_fields)))
+    return Record(object_id, version, item.timestamp, item.id.hex(), tuple(document_views(doc, scope_fields)))
 
 
 def stored_record(doc: Mapping[str, Any]) -> Record:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from bson.timestamp import Timestamp
@@ -37,7 +37,7 @@ from pymongo.read_preferences import ReadPreference
 
 from ..reconcile.fingerprint import Accumulator, fingerprint_of, from_limbs, id_int
 from ..reconcile.items import MAX_TIMESTAMP, Bound, Item
-from ..reconcile.records import is_feed_id, record_id, timestamp_us
+from ..reconcile.records import micros, shown_record
 from ..reconcile.storage import Storage, VectorStorage
 from .buckets import (
     LAYOUT,
@@ -255,25 +255,15 @@ def feed_storage(rows: Sequence[Mapping[str, Any]], until: int) -> VectorStorage
     storage = VectorStorage()
     for row in rows:
         object_id = row.get("_id")
-        if not isinstance(object_id, str) or not is_feed_id(object_id):
-            raise NotReconcilable(f"the feed shows an object whose id is not 32 hexadecimal digits: {object_id!r}")
-        modified = row.get("dateModified")
-        if not isinstance(modified, str):
-            continue
         try:
-            stamp = timestamp_us(modified)
+            item = shown_record(object_id, row.get("dateModified"))  # type: ignore[arg-type]
         except ValueError:
-            continue
-        if stamp < until:
-            storage.insert(stamp, record_id(object_id.lower(), stamp))
+            message = f"the feed shows an object whose id is not 32 hexadecimal digits: {object_id!r}"
+            raise NotReconcilable(message) from None
+        if item is not None and item.timestamp < until:
+            storage.insert(item.timestamp, item.id)
     storage.seal()
     return storage
-
-
-def _micros(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1_000_000)
 
 
 class ReconcileSource:
@@ -326,7 +316,7 @@ class ReconcileSource:
             database = self.collection.database.with_options(read_concern=ReadConcern("majority"))
             rows = {row.get("kind"): row for row in database.aggregate(stages)}
             now = rows.get("now", {}).get("now")
-            self._now_us = _micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
+            self._now_us = micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
             self._checkpoint = rows.get("positions", {}).get("checkpoint")
             self._state = rows.get("aggregates", {})
         return self._state
@@ -356,7 +346,7 @@ class ReconcileSource:
         state = self._read_state()
         lease = state.get("lease")  # ms since the epoch, by the database's clock
         if isinstance(lease, datetime):
-            lease = _micros(lease) // 1000
+            lease = micros(lease) // 1000
         return isinstance(lease, int) and (lease + int(KEEPER_ALIVE_SECONDS * 1000)) * 1000 > self._now_us
 
     def horizon(self) -> Horizon:
