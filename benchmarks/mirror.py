@@ -11,11 +11,19 @@ database takes most of an hour for a page-by-page crawl of 100,000 tenders.
 
 * catching up: ``FeedSync`` with a :class:`JsonLinesWriter` (``sync --out``,
   each page ``fsync``-ed) against :class:`Mirror` into a fresh SQLite file
-  (``synchronous = FULL``: each page's transaction ``fsync``-ed), both from
-  scratch at ``limit`` 100: pages per second and the ratio;
+  (its default: WAL, ``synchronous = NORMAL``; a page's rows and the
+  position after it in one transaction, written behind the next page's
+  request), both from scratch at ``limit`` 100, :data:`ROUNDS` times each,
+  alternating: pages per second (the median) and the ratio (the median of
+  the rounds' ratios, and their range);
 * the in-sync check: ``openprocurement-feed verify URL --db FILE`` in a
   child process on the mirror just made: its check's time, the command's
-  wall time and its peak RSS.
+  wall time and its peak RSS. A feed of more than :data:`CRAWL_UP_TO`
+  items is not crawled: its mirror is written straight into
+  ``feed_objects`` (the table says "inserted"), the stand-in's reconcile
+  endpoint holding the same records.
+
+``python -m benchmarks mirror --mirror-sizes 10000,100000,1000000``
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import multiprocessing
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +49,13 @@ from .common import status, table
 
 #: The sizes measured by default.
 SIZES = (10_000, 100_000)
+#: Catching up measured this many times at each size, alternating.
+ROUNDS = 3
+#: Feeds of at most this many items are crawled; a larger mirror is written
+#: straight into ``feed_objects`` (for its check's figures), labelled so.
+CRAWL_UP_TO = 100_000
+#: Rows per transaction of a mirror written straight.
+DIRECT_CHUNK = 10_000
 LIMIT = 100
 FRAME_SIZE_LIMIT = 500_000
 
@@ -127,25 +143,59 @@ def serve(count: int, port_queue: Any) -> None:  # pragma: no cover - a child pr
     server.serve_forever()
 
 
-def catch_up(url: str, folder: Path, count: int) -> tuple[float, float, int]:
-    """Seconds of ``sync --out`` and of the mirror into SQLite, and the pages read."""
+def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> tuple[list[float], list[float], int]:
+    """Seconds of ``sync --out`` and of the mirror into SQLite, ``rounds``
+    times each, alternating (a machine's load drifts over both alike), and
+    the pages read. The last round's mirror stays at ``folder/mirror.db``."""
     from openprocurement_feed.client import FeedSync, JsonLinesWriter
     from openprocurement_feed.client.mirror import Mirror, MirrorStore
 
-    out = folder / "copy.jsonl"
-    with JsonLinesWriter(out) as writer, FeedSync(url, writer, folder / "state.json", limit=LIMIT) as client:
-        started = time.perf_counter()
-        stats = client.run()
-        sync_seconds = time.perf_counter() - started
-    assert writer.lines == count, (writer.lines, count)
-    store = MirrorStore.open(str(folder / "mirror.db"))
+    sync_times: list[float] = []
+    mirror_times: list[float] = []
+    pages = 0
+    for number in range(rounds):
+        out = folder / "copy.jsonl"
+        with JsonLinesWriter(out) as writer, FeedSync(url, writer, folder / "state.json", limit=LIMIT) as client:
+            started = time.perf_counter()
+            stats = client.run()
+            sync_times.append(time.perf_counter() - started)
+        assert writer.lines == count, (writer.lines, count)
+        pages = stats.pages
+        for path in (out, folder / "state.json"):
+            path.unlink()
+        for path in folder.glob("mirror.db*"):
+            path.unlink()
+        store = MirrorStore.open(str(folder / "mirror.db"))
+        store.create_schema()
+        with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
+            started = time.perf_counter()
+            mirror.run(once=True)
+            mirror_times.append(time.perf_counter() - started)
+            assert store.count("tenders") == count
+        status(
+            f"mirror, {count}, round {number + 1}: sync {sync_times[-1]:.2f} s, "
+            f"mirror {mirror_times[-1]:.2f} s, {pages} pages"
+        )
+    return sync_times, mirror_times, pages
+
+
+def build_directly(path: Path, url: str, count: int) -> float:
+    """An SQLite mirror of the stand-in's ``count`` items written straight
+    into ``feed_objects`` (no crawl), the feed's ``feed_state`` as a crawl
+    at the head would leave it: seconds."""
+    from openprocurement_feed.client.mirror import MirrorStore, row_of
+
+    started = time.perf_counter()
+    items = make_items(count)
+    store = MirrorStore.open(str(path))
     store.create_schema()
-    with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
-        started = time.perf_counter()
-        mirror.run(once=True)
-        mirror_seconds = time.perf_counter() - started
+    state = {"url": url, "mode": "", "opt_fields": "", "objects": False, "next_offset": str(count)}
+    state.update(backward_done=True, items=count, pages=0, restarts=0)
+    with store:
+        for start in range(0, count, DIRECT_CHUNK):
+            store.write_page("tenders", [row_of(item) for item in items[start : start + DIRECT_CHUNK]], state)
         assert store.count("tenders") == count
-    return sync_seconds, mirror_seconds, stats.pages
+    return time.perf_counter() - started
 
 
 def check(url: str, folder: Path) -> tuple[float, float, float, int]:
@@ -162,41 +212,55 @@ def check(url: str, folder: Path) -> tuple[float, float, float, int]:
     return float(result["elapsed"]), wall, usage.ru_maxrss / 1024, int(result["rounds"])
 
 
-def run(sizes: tuple[int, ...] = SIZES) -> None:
+def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
     rows = []
     for count in sizes:
-        queue: Any = multiprocessing.get_context("spawn").Queue()
-        server = multiprocessing.get_context("spawn").Process(target=serve, args=(count, queue), daemon=True)
+        crawled = count <= CRAWL_UP_TO
+        context = multiprocessing.get_context("spawn")
+        queue: Any = context.Queue()
+        server = context.Process(target=serve, args=(count, queue), daemon=True)
         server.start()
         try:
-            url = f"http://127.0.0.1:{queue.get(timeout=300)}/api/2.5/tenders"
+            url = f"http://127.0.0.1:{queue.get(timeout=600)}/api/2.5/tenders"
             with tempfile.TemporaryDirectory(prefix="mirror-bench-") as name:
                 folder = Path(name)
-                sync_seconds, mirror_seconds, pages = catch_up(url, folder, count)
-                status(f"mirror, {count}: sync {sync_seconds:.1f} s, mirror {mirror_seconds:.1f} s, {pages} pages")
-                check_seconds, wall, rss, rounds = check(url, folder)
+                if crawled:
+                    sync_times, mirror_times, pages = catch_up(url, folder, count, rounds)
+                    ratios = [one / other for one, other in zip(sync_times, mirror_times, strict=True)]
+                    sync_rate = f"{pages / statistics.median(sync_times):.0f}"
+                    mirror_rate = f"{pages / statistics.median(mirror_times):.0f}"
+                    ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                    how = "crawled"
+                else:
+                    seconds = build_directly(folder / "mirror.db", url, count)
+                    status(f"mirror, {count}: written straight into feed_objects in {seconds:.1f} s")
+                    sync_rate = mirror_rate = ratio = "-"
+                    how = "inserted"
+                check_seconds, wall, rss, rounds_of_check = check(url, folder)
         finally:
             server.terminate()
             server.join()
         rows.append(
             (
                 f"{count:,}",
-                f"{pages / sync_seconds:.0f}",
-                f"{pages / mirror_seconds:.0f}",
-                f"{sync_seconds / mirror_seconds:.2f}",
+                how,
+                sync_rate,
+                mirror_rate,
+                ratio,
                 f"{check_seconds:.2f}",
                 f"{wall:.2f}",
                 f"{rss:.0f}",
-                rounds,
+                rounds_of_check,
             )
         )
     print(
         table(
             (
                 "rows",
+                "mirror built",
                 "sync --out pages/s",
                 "mirror pages/s",
-                "ratio",
+                "ratio (min-max)",
                 "check s",
                 "verify --db wall s",
                 "peak RSS MB",
@@ -205,5 +269,7 @@ def run(sizes: tuple[int, ...] = SIZES) -> None:
             rows,
         )
     )
-    print(f"(limit {LIMIT}; peak RSS of the verify --db process: Python, SQLAlchemy and the check; ")
-    print(" the process's own baseline is included)")
+    print(f"(limit {LIMIT}; pages/s: the median of {rounds} rounds, sync and mirror alternating; ratio: the")
+    print(" median of the rounds' mirror/sync speed ratios, their range in brackets; 'inserted': rows written")
+    print(" straight into feed_objects, no crawl, checked against the stand-in's reconcile endpoint holding")
+    print(" the same records; peak RSS of the verify --db process, its Python, SQLAlchemy and the check)")

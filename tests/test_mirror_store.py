@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from openprocurement_feed.client.mirror import IndexStorage, MirrorError, MirrorStore, feed_objects
+from openprocurement_feed.client.mirror import IndexStorage, MirrorError, MirrorStore, PageSink, feed_objects
+from openprocurement_feed.client.state import FeedIdentity, SyncState
 from openprocurement_feed.reconcile import Bound, Item, Negentropy, VectorStorage, record_id
 
 START = 1_700_000_000_000_000
@@ -85,6 +86,29 @@ def test_a_page_and_its_position_commit_together(database_url: str) -> None:
     assert store.count("tenders") == 0 and store.load_state("tenders") is None
     store.write_page("tenders", rows, {"url": "http://x/tenders", "next_offset": "9"})
     assert store.count("tenders") == 5 and store.load_state("tenders")["next_offset"] == "9"  # type: ignore[index]
+    store.close()
+
+
+def test_pages_written_behind_the_crawl_stop_at_a_failed_one(database_url: str) -> None:
+    """The writer thread commits the pages in order; after one that fails,
+    none: the position never passes rows that were not written."""
+    store = open_store(database_url)
+    sink = PageSink(store, "tenders")
+    feed = FeedIdentity(url="http://x/tenders")
+    bad = {"id": None, "date_modified": "x", "modified_us": START, "data": {}}  # violates NOT NULL
+    sink.pending = random_rows(5, seed=3)
+    sink.save(SyncState(feed=feed, forward_offset="1"))
+    sink.pending = [*random_rows(5, seed=4), bad]
+    sink.save(SyncState(feed=feed, forward_offset="2"))
+    with pytest.raises(Exception):  # noqa: B017 - the database's own error, raised by the save or the flush
+        sink.pending = random_rows(5, seed=5)
+        sink.save(SyncState(feed=feed, forward_offset="3"))
+        sink.flush()
+    with pytest.raises(Exception):  # noqa: B017 - and by every save after it
+        sink.save(SyncState(feed=feed, forward_offset="4"))
+    sink.close()
+    assert store.count("tenders") == 5 and store.load_state("tenders")["next_offset"] == "1"  # type: ignore[index]
+    assert sink.rows_written == 5
     store.close()
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -31,6 +30,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, Table, select, tuple_
 
 from ...reconcile.fingerprint import MODULUS, fingerprint_of
 from ...reconcile.items import Bound, Item
+from ...reconcile.records import record_id
 
 __all__ = ["BLOCK", "IndexStorage", "TableCopy"]
 
@@ -52,7 +52,7 @@ def _record(key: str, timestamp: int) -> bytes:
             f"the id {key!r} is not 32 lower-case hexadecimal digits: it has no reconcile record "
             "(and the index would not hold it in the protocol's order)"
         )
-    return bytes.fromhex(key) + hashlib.sha256(f"{key}|{timestamp}".encode("ascii")).digest()[:16]
+    return record_id(key, timestamp)
 
 
 class IndexStorage:

@@ -126,7 +126,8 @@ class Mirror:
         self.stats = MirrorStats(self.sync.stats)
 
     def close(self) -> None:
-        """Close the HTTP clients (not the store)."""
+        """Write the pages in hand, close the HTTP clients (not the store)."""
+        self.sink.close()
         self.sync.close()
         self.reconciler.close()
         self.reconciler.http.close()
@@ -147,7 +148,15 @@ class Mirror:
 
         :raises FeedUnavailable, FeedError: the crawl could not go on.
         """
-        self.sync.run(follow=not once)
+        try:
+            self.sync.run(follow=not once)
+        except BaseException:
+            try:  # the pages before the failure are good: written, the crawl's error goes on
+                self.sink.flush()
+            except Exception as error:
+                log.debug("a write failed too: %s", error)
+            raise
+        self.sink.flush()
         if once and not self.sync.stopping and self.verify_every > 0:
             self.check(fail=True)
         self.stats.rows = self.sink.rows_written
@@ -165,12 +174,14 @@ class Mirror:
         return self.clock() - datetime.fromisoformat(last).timestamp() >= self.verify_every
 
     def _caught_up(self) -> None:
+        self.sink.flush()
         if self.check_due():
             self.check()
 
     def check(self, fail: bool = False) -> CheckReport | None:
         """One check now, its repair and its record; None when it could not
         run (``fail``: raise then)."""
+        self.sink.flush()  # the rows the check reads are the crawl's, all written
         try:
             report = check_feed(self.reconciler, self.store, self.name, whole=self.fetch, fields=self.fields)
         except (FeedUnavailable, FeedError, ValueError) as error:

@@ -4,11 +4,26 @@ A :class:`PageSink` is both the handler of :class:`~..sync.FeedSync` and its
 :class:`~..state.StateKeeper`: the handler stages a page's rows, and the save
 that follows every page writes them with the position after the page in one
 transaction (:meth:`~.store.MirrorStore.write_page`).
+
+The writes happen behind the crawl (``behind=True``, the default): a save
+hands the page's rows and the position after it to a writer thread and
+returns, so the next page's request overlaps this page's transaction (the
+database's work and the HTTP wait release the interpreter's lock). At most
+two pages are in hand: one being written, one waiting; a third save waits.
+The transactions are the same and commit in the pages' order, so a
+``kill -9`` still loses nothing (a page handed over but not committed is not
+in the position either: it is read again) and takes no row back. A write
+that fails stops the writer for good: the pages after it are never written
+(their position would skip the failed page's rows), and the error is raised
+by the next save or :meth:`PageSink.flush`. Whoever reads the database
+(a check, the end of a run) calls :meth:`PageSink.flush` first.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from typing import Any
 
 from ..errors import StateMismatch
@@ -24,13 +39,18 @@ __all__ = ["PageSink"]
 class PageSink:
     """Stage each page's rows, write them with the position (see the module)."""
 
-    def __init__(self, store: MirrorStore, feed: str, objects: bool = False) -> None:
+    def __init__(self, store: MirrorStore, feed: str, objects: bool = False, behind: bool = True) -> None:
         self.store = store
         self.feed = feed
         self.objects = objects
+        self.behind = behind
         self.pending: list[Row] = []
+        #: rows written (committed) so far
         self.rows_written = 0
         self.skipped = 0
+        self._pages: queue.Queue[tuple[list[Row], dict[str, Any]] | None] = queue.Queue(maxsize=1)
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def __call__(self, batch: Batch) -> None:
         source = batch.objects if batch.objects is not None else batch.items
@@ -72,10 +92,65 @@ class PageSink:
         )
 
     def save(self, state: SyncState) -> None:
-        """The staged rows and ``state``, in one transaction."""
+        """The staged rows and ``state``, in one transaction: written now, or
+        handed to the writer thread (``behind``; see the module).
+
+        :raises sqlalchemy.exc.SQLAlchemyError: this write failed, or (behind)
+            an earlier one did.
+        """
         rows, self.pending = self.pending, []
-        self.store.write_page(self.feed, rows, state_values(state, self.objects))
+        values = state_values(state, self.objects)
+        if not self.behind:
+            self._write(rows, values)
+            return
+        self._raise()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_pages, name=f"mirror-writer-{self.feed}", daemon=True)
+            self._writer.start()
+        self._pages.put((rows, values))
+
+    def flush(self) -> None:
+        """Wait until every page handed over is committed.
+
+        :raises sqlalchemy.exc.SQLAlchemyError: a write failed (then none
+            after it was made).
+        """
+        if self._writer is not None:
+            self._pages.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Write what was handed over, then end the writer thread (the
+        sink writes in the caller's thread after this)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._pages.put(None)
+            writer.join()
+
+    def _write(self, rows: list[Row], values: dict[str, Any]) -> None:
+        self.store.write_page(self.feed, rows, values)
         self.rows_written += len(rows)
+
+    def _write_pages(self) -> None:
+        """The writer thread: the pages in their order; after a failure,
+        none (see the module)."""
+        while True:
+            page = self._pages.get()
+            try:
+                if page is None:
+                    return
+                if self._error is None:
+                    try:
+                        self._write(*page)
+                    except BaseException as error:  # raised in the crawl's thread
+                        log.error("%s: a page could not be written: %s", self.feed, error)
+                        self._error = error
+            finally:
+                self._pages.task_done()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 def state_values(state: SyncState, objects: bool) -> dict[str, Any]:
