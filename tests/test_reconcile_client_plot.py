@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.reconcile_client import CostRow, cost_report, damaged, load_results, save_results
+from benchmarks.reconcile_client.cost import CostRow, cost_report, damaged
+from benchmarks.reconcile_client.results import load_results, save_results
 
 pytest.importorskip("matplotlib")
 
