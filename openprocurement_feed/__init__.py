@@ -2,6 +2,10 @@
 
 ``config.include("openprocurement_feed")`` registers:
 
+* :func:`feed_state` ``(registry)`` — the package's state on the registry
+  (:class:`~.store.state.FeedState`: the settings, the store, the feeds, the
+  follower, the waiters, the metrics); the names below are its fields, also
+  readable as the registry aliases ``registry.feed_<field>``;
 * ``registry.feed_settings`` — the parsed :class:`~.settings.FeedSettings`;
 * ``request.feed_now`` — the request's time, which ``save_data`` stamps
   ``dateModified`` with;
@@ -68,10 +72,9 @@ from .feed.tweens import TWEEN_NAME
 from .feed.views import FeedDefinition, add_feed
 from .operations.health import VerdictLog, checkpoint_ages, feed_figures, health_view, lag_windows
 from .operations.probes import include_probes
-from .roles import role_store
 from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
 from .settings import FeedSettings, load_timezone, parse_settings
-from .store.backend import HostStore, apply_numbers, set_feed_store
+from .store.backend import FeedBackend, HostStore, apply_numbers, set_feed_store
 from .store.database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
 from .store.listing import normalize
 from .store.offset import (
@@ -82,6 +85,7 @@ from .store.offset import (
     parse_offset,
 )
 from .store.orders import COMMIT
+from .store.state import FeedState, assigned_store, attach_feed_state, feed_state, find_feed_state, role_store
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,7 @@ __all__ = [
     "ConflictError",
     "FeedDefinition",
     "FeedSettings",
+    "FeedState",
     "FeedStore",
     "FeedStoreMixin",
     "HostStore",
@@ -102,6 +107,7 @@ __all__ = [
     "commit_listings",
     "compose_offset",
     "compose_position",
+    "feed_state",
     "includeme",
     "parse_offset",
     "parse_settings",
@@ -112,9 +118,9 @@ __all__ = [
 ]
 
 
-def _feed_store(request: Request) -> FeedStore:
+def _feed_store(request: Request) -> FeedBackend | None:
     """``request.feed_store``: the registry's store."""
-    store: FeedStore = request.registry.feed_store
+    store: FeedBackend | None = feed_state(request.registry).store
     return store
 
 
@@ -132,29 +138,32 @@ def _start_embedded(settings: FeedSettings) -> Any:
 def _create_store(registry: Any) -> None:
     """Create the ready-made store (and the embedded server it needs),
     unless the host gave its own to ``config.set_feed_store``."""
-    if getattr(registry, "feed_host_store", None) is not None:
+    state = feed_state(registry)
+    if state.host_store is not None:
         return
-    given = getattr(registry, "feed_store", None)
+    given = assigned_store(registry, state)
     if given is not None:
-        if not callable(getattr(given, "feed_collection", None)):
+        if callable(getattr(given, "feed_collection", None)):
+            state.store = given
+        else:
             # The host assigned its own store to registry.feed_store: serve
             # through it as set_feed_store would (or say what it lacks).
-            registry.feed_store = HostStore(given)
-            apply_numbers(given, registry.feed_settings)
+            state.store = HostStore(given)
+            apply_numbers(given, state.settings)
         return
-    settings = registry.feed_settings
+    settings = state.settings
     uri = settings.uri
     if settings.embedded:
-        registry.feed_embedded = _start_embedded(settings)
-        uri = registry.feed_embedded.uri
-    registry.feed_store = FeedStore.from_settings(settings, uri=uri)
+        state.embedded = _start_embedded(settings)
+        uri = state.embedded.uri
+    state.store = FeedStore.from_settings(settings, uri=uri)
 
 
 def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     """The collections of the registry's commit-ordered feeds, each with the
     scope fields its feeds filter on: what a sequencer must follow."""
     found: dict[str, tuple[str, ...]] = {}
-    for feed in getattr(registry, "feed_definitions", {}).values():
+    for feed in _definitions(registry):
         if feed.order != COMMIT:
             continue
         scopes = found.get(feed.collection, ())
@@ -170,7 +179,7 @@ def commit_listings(registry: Any) -> dict[str, tuple[str, ...]]:
     allowed fields) and the fields their restricted rule reads, which the
     sequencer copies into the entries."""
     found: dict[str, list[str]] = {}
-    for feed in getattr(registry, "feed_definitions", {}).values():
+    for feed in _definitions(registry):
         if feed.order == COMMIT:
             found.setdefault(feed.collection, []).extend(feed.policy.projection(feed.allowed_fields))
     return {name: normalize(fields) for name, fields in found.items()}
@@ -180,11 +189,11 @@ def reconcile_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     """The collections whose reconciliation aggregates the followers keep
     (every feed's, with the scope fields of its feeds), or none with
     ``feed.reconcile_aggregates = false``."""
-    settings = getattr(registry, "feed_settings", None)
-    if settings is None or not settings.reconcile_aggregates:
+    state = find_feed_state(registry)
+    if state is None or not state.settings.reconcile_aggregates:
         return {}
     found: dict[str, tuple[str, ...]] = {}
-    for feed in getattr(registry, "feed_definitions", {}).values():
+    for feed in _definitions(registry):
         scopes = found.get(feed.collection, ())
         if feed.filter_field and feed.filter_field not in scopes:
             scopes += (feed.filter_field,)
@@ -192,10 +201,16 @@ def reconcile_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def _definitions(registry: Any) -> list[Any]:
+    """The feeds registered on ``registry`` (none before the include)."""
+    state = find_feed_state(registry)
+    return list(state.definitions.values()) if state is not None else []
+
+
 def watermark_collections(registry: Any) -> list[str]:
     """The collections of the registry's watermark-ordered feeds (followed
     observe-only, to measure the lag the watermark bets on)."""
-    names = [feed.collection for feed in getattr(registry, "feed_definitions", {}).values() if feed.order != COMMIT]
+    names = [feed.collection for feed in _definitions(registry) if feed.order != COMMIT]
     return list(dict.fromkeys(names))
 
 
@@ -204,51 +219,53 @@ def _start_sequencer(registry: Any) -> None:
     feeds and observes the others; ``observe`` only observes."""
     from .commit.sequencer import Sequencer
 
-    settings = registry.feed_settings
+    state = feed_state(registry)
+    settings = state.settings
     collections = commit_collections(registry) if settings.sequencer == "thread" else {}
     observed = watermark_collections(registry)
-    if (not collections and not observed) or getattr(registry, "feed_sequencer", None) is not None:
+    if (not collections and not observed) or state.sequencer is not None:
         return
     store = role_store(registry, settings.sequencer_app_name)
-    registry.feed_sequencer = Sequencer(
+    state.sequencer = Sequencer(
         store.db,
         collections,
         observed=observed,
         listings=commit_listings(registry),
         aggregates=reconcile_collections(registry),
         lag_window_seconds=settings.lag_window_seconds,
-        metrics=getattr(registry, "feed_metrics", None),
+        metrics=state.metrics,
     ).start()
 
 
 def _create_longpoll(registry: Any) -> None:
     from .longpoll.notifier import include_longpoll
 
-    if getattr(registry, "feed_longpoll", None) is None:
-        include_longpoll(registry)
+    state = feed_state(registry)
+    if state.longpoll is None:
+        state.longpoll = include_longpoll(state, role_store(registry, state.settings.longpoll_app_name))
 
 
 def shutdown(registry: Any) -> None:
     """Stop what the include started: the long-poll waiters (answered at
     once), the in-process sequencer, the connections of the store and of
     each role's client and the embedded database (each if present)."""
-    notifier = getattr(registry, "feed_longpoll", None)
-    if notifier is not None:
-        notifier.stop()
-    sequencer = getattr(registry, "feed_sequencer", None)
-    if sequencer is not None:
-        sequencer.stop()
-        registry.feed_sequencer = None
-    store = getattr(registry, "feed_store", None)
-    for other in (getattr(registry, "feed_role_stores", None) or {}).values():
+    state = find_feed_state(registry)
+    if state is None:
+        return
+    if state.longpoll is not None:
+        state.longpoll.stop()
+    if state.sequencer is not None:
+        state.sequencer.stop()
+        state.sequencer = None
+    store = state.store
+    for other in state.role_stores.values():
         if other is not store:
             other.close()
-    registry.feed_role_stores = {}
+    state.role_stores = {}
     if store is not None:
         store.close()
-    embedded = getattr(registry, "feed_embedded", None)
-    if embedded is not None:
-        embedded.stop()
+    if state.embedded is not None:
+        state.embedded.stop()
 
 
 def caller_info(note: str) -> tuple[str, int, str, str]:
@@ -289,39 +306,32 @@ def includeme(config: Configurator) -> None:
     config.add_directive("add_feed", add_feed)
     config.add_directive("set_feed_store", set_feed_store, action_wrap=False)
     config.add_directive("add_openapi_paths", add_openapi_paths)
-    if getattr(registry, "feed_settings", None) is not None:
+    if find_feed_state(registry) is not None:
         return
-    registry.feed_definitions = {}
-    registry.feed_sequencer = None
     settings = parse_settings(registry.settings or {}, os.environ)
-    registry.feed_settings = settings
+    state = attach_feed_state(registry, FeedState(settings=settings))
     config.add_renderer(RENDERER, FeedJSONRenderer(zone=load_timezone(settings.timezone)))
     warn_doubled_prefix(config.route_prefix, settings.route_prefix)
     config.add_tween(TWEEN_NAME, under=INGRESS)
     # Prometheus metrics (.metrics): with feed.metrics_path set,
-    # registry.feed_metrics, the metrics view and the feed tween; before the
+    # the state's metrics, the metrics view and the feed tween; before the
     # database starts, so a missing prometheus_client fails start-up cleanly.
-    registry.feed_metrics = None
     if settings.metrics_path:
         from .operations.metrics import include_metrics
 
-        metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
+        metrics = state.metrics = include_metrics(config, settings.metrics_path, settings.metrics_permission)
         metrics.add_scrape_hook(lambda: checkpoint_ages(registry))
         metrics.add_lag_window_hook(lambda: lag_windows(registry))
         metrics.add_health_hook(lambda: feed_figures(registry))
-    registry.feed_embedded = None
-    registry.feed_store = None
-    registry.feed_host_store = None
     # Deferred until the configuration is complete (also under an
     # autocommitting Configurator, .startup), so that the host may still call
     # config.set_feed_store: no client, no embedded server before then.
     defer(config, lambda: _create_store(registry), order=-10)
-    registry.feed_longpoll = None
     defer(config, lambda: _create_longpoll(registry), order=-5)
     config.add_request_method(_feed_store, "feed_store", reify=True)
     config.add_request_method(_feed_now, "feed_now", reify=True)
     add_error_views(config)
-    registry.feed_verdicts = VerdictLog()
+    state.verdicts = VerdictLog()
     config.add_route("openprocurement_feed.health", settings.health_path)
     config.add_view(
         health_view,

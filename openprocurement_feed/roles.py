@@ -160,18 +160,3 @@ def app_name_of(client: MongoClient[Any]) -> str | None:
     """The ``appName`` ``client`` sends in its handshake (None: none)."""
     name = client.options.pool_options.metadata.get("application", {}).get("name")
     return str(name) if name is not None else None
-
-
-def role_store(registry: Any, app_name: str) -> Any:
-    """The store of one role's client, opened once per name and closed by
-    :func:`openprocurement_feed.shutdown`: a store like the registry's on a
-    client named ``app_name``; the registry's own store when it cannot open
-    one (a host's store: its one client)."""
-    stores = getattr(registry, "feed_role_stores", None)
-    if stores is None:
-        stores = registry.feed_role_stores = {}
-    if app_name not in stores:
-        store = registry.feed_store
-        opener = getattr(store, "role_store", None)
-        stores[app_name] = opener(app_name) if callable(opener) else store
-    return stores[app_name]

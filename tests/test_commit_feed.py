@@ -19,6 +19,7 @@ from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
 from openprocurement_feed.store.offset import is_position_offset, parse_offset
 from openprocurement_feed.store.orders import STATE_ID, positions_name
+from openprocurement_feed.store.state import feed_state
 
 FEED = "/api/2.5/tenders"
 
@@ -208,7 +209,7 @@ def test_pages_show_each_entry_as_it_was_taken_and_never_read_the_documents(comm
         {"_id": {"$in": ids[:3]}}, {"$set": {"is_public": False, "title": "x", "_rev": "9-hidden"}}
     )
     assert commit_app.get(FEED + "?limit=10&opt_fields=title").json["data"] == before
-    commit_app.app.registry.feed_sequencer = None
+    feed_state(commit_app.app.registry).sequencer = None
     from openprocurement_feed import _start_sequencer
 
     _start_sequencer(commit_app.app.registry)

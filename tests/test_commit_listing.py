@@ -30,6 +30,7 @@ from openprocurement_feed.store.listing import (
     take,
 )
 from openprocurement_feed.store.orders import STATE_ID, positions_name
+from openprocurement_feed.store.state import feed_state
 
 FEED = "/api/2.5/tenders"
 
@@ -98,11 +99,11 @@ def monitored(settings: dict[str, str], mongodb_uri: str) -> Iterator[tuple[Test
     listener = Finds()
     client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[listener], tz_aware=True)
     own = registry.feed_store
-    registry.feed_store = FeedStore(client, registry.feed_settings.db_name)
+    feed_state(registry).store = FeedStore(client, registry.feed_settings.db_name)
     try:
         yield app, listener
     finally:
-        registry.feed_store = own
+        feed_state(registry).store = own
         client.close()
         shutdown(registry)
 

@@ -12,6 +12,7 @@ from webtest import TestApp
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
+from openprocurement_feed.store.state import feed_state
 
 FEED = "/api/2.5/tenders"
 HEALTH = "/api/2.5/feeds/health"
@@ -124,7 +125,7 @@ def test_a_stopped_sequencer_turns_the_commit_feed_at_risk_and_back(settings: di
         assert time.monotonic() - stopped < 2 + 6, "within the threshold (plus a loaded machine's slack)"
         feed = web.get(HEALTH).json["feeds"][0]
         assert "is the sequencer running" in feed["reason"]
-        registry.feed_sequencer = Sequencer(registry.feed_store.db, {"tenders": ()}).start()
+        feed_state(registry).sequencer = Sequencer(registry.feed_store.db, {"tenders": ()}).start()
         deadline = time.monotonic() + 10
         while web.get(HEALTH).json["feeds"][0]["verdict"] != "ok" and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -36,6 +36,7 @@ from pymongo import MongoClient, monitoring
 from openprocurement_feed.demo.resources import TENDERS
 from openprocurement_feed.store.database import FeedStore
 from openprocurement_feed.store.offset import parse_offset
+from openprocurement_feed.store.state import feed_state
 
 PREFIX = "/api/2.5"
 FEED = PREFIX + "/tenders"
@@ -114,7 +115,7 @@ class HostileApp:
             watermark_seconds=feed_settings.watermark_seconds,
             max_limit=feed_settings.max_limit,
         )
-        registry.feed_store = self.store
+        feed_state(registry).store = self.store
         self.max_limit = feed_settings.max_limit
         self.test = TestApp(app)
         self.ids: set[str] = set()

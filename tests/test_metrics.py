@@ -322,7 +322,8 @@ def test_a_missing_prometheus_client_stops_start_up(mongodb_uri: str) -> None:
             config.include("openprocurement_feed")
         except ConfigurationError as error:
             print("ConfigurationError:", error)
-            print("store:", getattr(config.registry, "feed_store", None))
+            from openprocurement_feed.store.state import feed_state
+            print("store:", feed_state(config.registry).store)
         else:
             print("started")
     """)

@@ -16,6 +16,7 @@ from webtest import TestApp
 from openprocurement_feed import parse_settings, shutdown
 from openprocurement_feed.demo.auth import PACKAGED_AUTH_FILE
 from openprocurement_feed.feed.openapi import openapi_document, path_template
+from openprocurement_feed.store.state import feed_state
 
 URI = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
 DOC = "/api/2.5/feeds/openapi.json"
@@ -184,7 +185,7 @@ def test_the_document_can_be_turned_off(settings: dict[str, str]) -> None:
     try:
         TestApp(app).get(DOC, status=404)
         # the directive stays: hosts call it whatever the setting
-        assert len(app.registry.feed_openapi_hooks) == 1
+        assert len(feed_state(app.registry).openapi_hooks) == 1
     finally:
         shutdown(app.registry)
 

@@ -13,6 +13,7 @@ from webtest import TestApp
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
 from openprocurement_feed.operations.probes import READY_TIMEOUT_SECONDS
+from openprocurement_feed.store.state import feed_state
 
 HEALTH = "/api/2.5/feeds/health"
 LIVE = HEALTH + "/live"
@@ -38,12 +39,12 @@ def test_liveness_answers_without_touching_the_database(settings: dict[str, str]
     web = TestApp(main({}, **settings))
     store = web.app.registry.feed_store
     try:
-        web.app.registry.feed_store = NoDatabase()
+        feed_state(web.app.registry).store = NoDatabase()
         response = web.get(LIVE)
         assert response.json == {"status": "alive"}
         assert response.headers["Cache-Control"] == "no-store"
     finally:
-        web.app.registry.feed_store = store
+        feed_state(web.app.registry).store = store
         shutdown(web.app.registry)
 
 

@@ -17,8 +17,9 @@ from pyramid.exceptions import ConfigurationError
 
 from openprocurement_feed import shutdown
 from openprocurement_feed.demo import main
-from openprocurement_feed.roles import LONGPOLL, SEQUENCER, WEB, app_name_of, role_store
+from openprocurement_feed.roles import LONGPOLL, SEQUENCER, WEB, app_name_of
 from openprocurement_feed.settings import parse_settings
+from openprocurement_feed.store.state import feed_state, role_store
 
 
 def server_app_names(client: MongoClient[Any]) -> dict[str, int]:
@@ -86,7 +87,7 @@ def test_each_role_has_its_named_client(settings: dict[str, str], mongo_client: 
         assert "longpoll-under-test" not in seen
     finally:
         shutdown(registry)
-    assert registry.feed_role_stores == {}
+    assert feed_state(registry).role_stores == {}
 
 
 def test_uri_appname_names_the_web_client_only(settings: dict[str, str]) -> None:

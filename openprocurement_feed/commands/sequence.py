@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import commit_collections, commit_listings, reconcile_collections, shutdown, watermark_collections
     from ..commit.sequencer import Sequencer
-    from ..roles import role_store
+    from ..store.state import feed_state, role_store
 
     try:
         registry = load_registry(args.config)
@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    database = role_store(registry, registry.feed_settings.sequencer_app_name).db
+    state = feed_state(registry)
+    database = role_store(registry, state.settings.sequencer_app_name).db
     sequencer = Sequencer(
         database,
         collections,
@@ -174,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
         listings=commit_listings(registry),
         aggregates=reconcile_collections(registry),
         batch_size=args.batch_size,
-        lag_window_seconds=registry.feed_settings.lag_window_seconds,
-        metrics=getattr(registry, "feed_metrics", None),
+        lag_window_seconds=state.settings.lag_window_seconds,
+        metrics=state.metrics,
     )
     names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed if name not in collections])
     print(f"Sequencing {names} of database {database.name}", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..store.state import feed_state
 from . import main
 
 
@@ -90,7 +91,7 @@ class DemoServer:
         self.app = main({}, **dict(settings))
         self.registry = self.app.registry
         # the default cap on long-poll waiters is half the server's threads
-        self.registry.feed_server_threads = threads
+        feed_state(self.registry).server_threads = threads
         try:
             self.http = ThreadedServer(
                 self.app,
@@ -149,7 +150,7 @@ class DemoServer:
         """Answer the long-poll waiters, stop serving
         (:meth:`ThreadedServer.close`), then close the store and stop an
         embedded database."""
-        notifier = getattr(self.registry, "feed_longpoll", None)
+        notifier = feed_state(self.registry).longpoll
         if notifier is not None:
             notifier.stop()  # waiting requests hold worker threads: answer them first
         self.http.close()

@@ -42,6 +42,7 @@ from ..demo.load import Access
 from ..race.crawler import Crawler
 from ..race.feed import FeedClient
 from ..race.load import create_many
+from ..store.state import feed_state
 from . import measure
 from .cells import Cell
 from .failpoint import FailPoint
@@ -295,7 +296,7 @@ class OrderRun:
         threads: list[Pausable | Crawler] = [*pausable, *self.crawlers]
         for thread in threads:
             thread.stop()
-        notifier = getattr(self.server.registry, "feed_longpoll", None)
+        notifier = feed_state(self.server.registry).longpoll
         if notifier is not None:
             notifier.stop()
         for thread in threads:
@@ -303,7 +304,7 @@ class OrderRun:
                 thread.join(timeout=35)
         for crawler in self.crawlers:
             crawler.client.close()
-        sequencer = getattr(self.server.registry, "feed_sequencer", None)
+        sequencer = feed_state(self.server.registry).sequencer
         if sequencer is not None:
             sequencer.stop()
         try:

@@ -1,7 +1,7 @@
 """An OpenAPI 3.1 document of the feed protocol, generated from the registered feeds.
 
 :func:`openapi_document` builds the document from what the application
-knows: one ``GET`` operation per feed of ``registry.feed_definitions`` (its
+knows: one ``GET`` operation per feed of the state's ``definitions`` (its
 path and scope parameter, its default and allowed fields, whether it is
 restricted, the permission it requires), the query parameters of the
 protocol with the limits of :class:`~.settings.FeedSettings` (``limit``,
@@ -30,6 +30,7 @@ from pyramid.request import Request
 from pyramid.security import NO_PERMISSION_REQUIRED
 
 from ..settings import FeedSettings
+from ..store.state import feed_state
 from .reconcile_openapi import reconcile_part
 
 #: The OpenAPI version of the document.
@@ -345,7 +346,8 @@ def openapi_document(registry: Any, server_url: str | None = None) -> dict[str, 
     """The OpenAPI 3.1 document of the registry's feeds and of what the
     hooks (``config.add_openapi_paths``) add; ``server_url``: the
     application's URL, the document's ``servers`` entry."""
-    settings: FeedSettings = registry.feed_settings
+    state = feed_state(registry)
+    settings: FeedSettings = state.settings
     components = base_components()
     components["parameters"] = feed_parameters(settings)
     document: dict[str, Any] = {
@@ -365,11 +367,11 @@ def openapi_document(registry: Any, server_url: str | None = None) -> dict[str, 
     }
     if server_url is not None:
         document["servers"] = [{"url": server_url}]
-    for feed in getattr(registry, "feed_definitions", {}).values():
+    for feed in state.definitions.values():
         template, operation, schemas = feed_operation(feed, settings)
         merge(document, {"paths": {template: {"get": operation}}, "components": {"schemas": schemas}})
         merge(document, reconcile_part(feed, settings))
-    for hook in getattr(registry, "feed_openapi_hooks", ()):
+    for hook in state.openapi_hooks:
         merge(document, hook(registry))
     return document
 
@@ -383,14 +385,12 @@ def add_openapi_paths(config: Configurator, hook: OpenAPIHook) -> None:
     """The ``config.add_openapi_paths(hook)`` directive: ``hook(registry)``
     returns a partial OpenAPI document (``paths``, ``components``,
     ``tags``) merged into the served one when it is built."""
-    hooks = config.registry.__dict__.setdefault("feed_openapi_hooks", [])
-    hooks.append(hook)
+    feed_state(config.registry).openapi_hooks.append(hook)
 
 
 def include_openapi(config: Configurator, settings: FeedSettings) -> None:
     """With ``feed.openapi`` on, register the document's route and view
     (no permission)."""
-    config.registry.__dict__.setdefault("feed_openapi_hooks", [])
     if not settings.openapi:
         return
     config.add_route(OPENAPI_ROUTE, openapi_path(settings))

@@ -37,6 +37,7 @@ from ..store.orders import (
     positions_name,
 )
 from ..store.restricted import ItemPolicy, ItemView
+from ..store.state import feed_state
 from .params import FeedParams, ParamError, parse_params
 from .placement import place_feed_route
 from .reconcile import add_reconcile
@@ -210,7 +211,7 @@ def feed_validator(feed: FeedDefinition) -> Callable[..., None]:
     ``request.validated["feed_params"]``, or adds a precise error."""
 
     def validate(request: Request, **kwargs: Any) -> None:
-        settings = request.registry.feed_settings
+        settings = feed_state(request.registry).settings
         try:
             request.validated["feed_params"] = parse_params(
                 _last_values(request),
@@ -274,7 +275,7 @@ def long_poll(
     notifier; over the cap (or without a notifier) answer at once with
     ``Retry-After: 1``. A page of only hidden rows (they move the offset
     on) is not empty: it is answered at once, like one with items."""
-    notifier = getattr(request.registry, "feed_longpoll", None)
+    notifier = feed_state(request.registry).longpoll
     if notifier is None:
         request.response.headers["Retry-After"] = "1"
         return rows
@@ -359,7 +360,8 @@ def add_feed(
     Registering the same ``name`` twice, or two feeds on the same path, is a
     configuration conflict reported at the callers' lines.
     """
-    settings = config.registry.feed_settings
+    state = feed_state(config.registry)
+    settings = state.settings
     path = (path or name).strip("/")
     if scope and "{" + scope + "}" not in path:
         raise ConfigurationError(f"add_feed({name!r}): path {path!r} lacks the scope {{{scope}}}")
@@ -420,13 +422,13 @@ def add_feed(
         # cornice finds a route's service by its path first: the host's
         # service keeps its path (its CORS and fallback for the other methods)
         services[service_key] = host_service
-    registry.feed_definitions[name] = feed
+    state.definitions[name] = feed
     add_reconcile(config, feed, settings.route_prefix)
     # after the routes are connected (order 0), before the feed starts
     defer(config, lambda: place_feed_route(registry, name, feed_route_name(name), replaces), order=1)
 
     def start() -> None:
-        store = registry.feed_store
+        store = state.store
         check = getattr(store, "check_collection", None)
         if check is not None:
             check(feed.collection)

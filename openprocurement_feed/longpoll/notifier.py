@@ -2,7 +2,7 @@
 
 A forward request whose page comes out empty becomes a *waiter*: it blocks on
 its own :class:`threading.Event` and sends no database query while it waits.
-One :class:`LongPollNotifier` per process (``registry.feed_longpoll``) follows
+One :class:`LongPollNotifier` per process (the state's ``longpoll``) follows
 what the feeds' upper bounds depend on, and only while at least one waiter
 waits:
 
@@ -39,18 +39,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bson.timestamp import Timestamp
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from ..roles import role_store
 from ..settings import DEFAULT_MAX_WAITERS
 from ..store.offset import Offset
 from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
 from .waiters import FeedCounters, Rows, Waiter, Watch, passes, waiter_key
 from .waiters import Key as Key
+
+if TYPE_CHECKING:
+    from ..store.state import FeedState
 
 log = logging.getLogger("openprocurement_feed.longpoll")  # its name from before the package had subpackages
 
@@ -507,27 +509,21 @@ def default_max_waiters(threads: int | None) -> int:
     return DEFAULT_MAX_WAITERS
 
 
-def include_longpoll(registry: Any) -> LongPollNotifier:
-    """Create ``registry.feed_longpoll`` (its thread starts with the first waiter).
+def include_longpoll(state: FeedState, store: Any) -> LongPollNotifier:
+    """The notifier of ``state``'s long-poll waiters, reading through
+    ``store`` (its thread starts with the first waiter).
 
-    Without ``feed.longpoll_max_waiters``, the cap is half of
-    ``registry.feed_server_threads`` when the server set it (the demo
-    server does), else :data:`~.settings.DEFAULT_MAX_WAITERS`. Its reads go
-    through a client of its own named ``feed.longpoll_app_name``, which
-    connects with the first waiter (:func:`~.roles.role_store`).
+    Without ``feed.longpoll_max_waiters``, the cap is half of the state's
+    ``server_threads`` when the server set it (the demo server does), else
+    :data:`~.settings.DEFAULT_MAX_WAITERS`. ``store`` is the store of a
+    client of its own named ``feed.longpoll_app_name``, which connects with
+    the first waiter (:func:`~.store.state.role_store`).
     """
-    settings = registry.feed_settings
+    settings = state.settings
 
     def cap() -> int:
         if settings.longpoll_max_waiters is not None:
             return int(settings.longpoll_max_waiters)
-        return default_max_waiters(getattr(registry, "feed_server_threads", None))
+        return default_max_waiters(state.server_threads)
 
-    notifier = LongPollNotifier(
-        role_store(registry, settings.longpoll_app_name),
-        settings.watermark_seconds,
-        max_waiters=cap,
-        metrics=getattr(registry, "feed_metrics", None),
-    )
-    registry.feed_longpoll = notifier
-    return notifier
+    return LongPollNotifier(store, settings.watermark_seconds, max_waiters=cap, metrics=state.metrics)

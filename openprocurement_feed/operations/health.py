@@ -49,6 +49,7 @@ from pyramid.request import Request
 from ..commit.lag import HEALTH_COLLECTION, LagWindow, event_lag
 from ..commit.lag import Publisher as Publisher
 from ..store.orders import COMMIT
+from ..store.state import feed_state
 from .coverage import (
     checkpoint_state,
     database_now,
@@ -132,7 +133,7 @@ def follower_failure(registry: Any, collection: str) -> dict[str, Any] | None:
     from following by database errors, and the last one (or by a read of
     its stream that has not returned for :data:`STUCK_READ_SECONDS`); None
     while it follows (or where it runs in another process)."""
-    sequencer = getattr(registry, "feed_sequencer", None)
+    sequencer = feed_state(registry).sequencer
     now = time.time()
     for follower in getattr(sequencer, "followers", ()):
         failure = follower.stats.failure(STUCK_READ_SECONDS, now) if follower.name == collection else None
@@ -278,13 +279,13 @@ class VerdictLog:
 
 
 def _feed_collections(registry: Any, commit_only: bool = False) -> list[str]:
-    feeds = getattr(registry, "feed_definitions", {}).values()
+    feeds = feed_state(registry).definitions.values()
     return list(dict.fromkeys(feed.collection for feed in feeds if not commit_only or feed.order == COMMIT))
 
 
 def checkpoint_ages(registry: Any) -> dict[str, float]:
     """Metrics scrape hook: each commit-ordered collection's checkpoint age (s)."""
-    db = registry.feed_store.db
+    db = feed_state(registry).require_store().db
     ages: dict[str, float] = {}
     names = _feed_collections(registry, commit_only=True)
     now = database_now(db) if names else 0.0
@@ -297,7 +298,7 @@ def checkpoint_ages(registry: Any) -> dict[str, float]:
 
 def lag_windows(registry: Any) -> dict[str, dict[str, float]]:
     """Metrics scrape hook: each followed collection's lag window (s)."""
-    db = registry.feed_store.db
+    db = feed_state(registry).require_store().db
     windows = {}
     for document in db[HEALTH_COLLECTION].find({"_id": {"$in": _feed_collections(registry)}}):
         lag = document.get("lag_ms") or {}
@@ -310,10 +311,11 @@ def feed_figures(registry: Any) -> list[Any]:
     """Metrics scrape hook: each feed's verdict, watcher age and checkpoint
     distance (:class:`~.figures.FeedFigures`), as the health view sees them
     (without logging the verdicts' transitions)."""
-    settings = registry.feed_settings
-    db = registry.feed_store.db
+    state = feed_state(registry)
+    settings = state.settings
+    db = state.require_store().db
     figures = []
-    for feed in registry.feed_definitions.values():
+    for feed in state.definitions.values():
         body = feed_health(db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
         body = with_follower_failure(registry, feed, body)
         checkpoint = body["checkpoint"] or {}
@@ -331,18 +333,19 @@ def feed_figures(registry: Any) -> list[Any]:
 
 def health_report(registry: Any) -> dict[str, Any]:
     """The health body of every feed of ``registry``."""
-    settings = registry.feed_settings
-    store = registry.feed_store
+    state = feed_state(registry)
+    settings = state.settings
+    store = state.require_store()
     feeds = []
-    for feed in registry.feed_definitions.values():
+    for feed in state.definitions.values():
         item = feed_health(store.db, feed, settings.watermark_seconds, settings.checkpoint_threshold_seconds)
         item = with_follower_failure(registry, feed, item)
         item["path"] = feed.route_path or f"{settings.route_prefix}/{feed.path}"
-        notifier = getattr(registry, "feed_longpoll", None)
+        notifier = state.longpoll
         if notifier is not None:
             # this process's waiters (feed=longpoll, SPEC E)
             item["longpoll"] = {**notifier.counters(feed.name).as_dict(), "max_waiters": notifier.max_waiters}
-        registry.feed_verdicts.note(feed.name, item["verdict"], item["reason"])
+        state.verdicts.note(feed.name, item["verdict"], item["reason"])
         feeds.append(item)
     status = _worst(item["verdict"] for item in feeds)
     body: dict[str, Any] = {"status": status, "feeds": feeds}

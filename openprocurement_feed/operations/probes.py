@@ -29,6 +29,7 @@ from typing import Any
 from pyramid.request import Request
 
 from ..feed.errors import RETRY_AFTER_SECONDS, error_body
+from ..store.state import feed_state
 
 log = logging.getLogger("openprocurement_feed.probes")  # its name from before the package had subpackages
 
@@ -64,7 +65,7 @@ def ready_view(request: Request) -> dict[str, Any]:
     """``GET {health_path}/ready``: 200 while the database answers a ping,
     503 (with ``Retry-After``) while it cannot be reached."""
     request.response.headers["Cache-Control"] = "no-store"
-    failure = ping(request.registry.feed_store.db)
+    failure = ping(feed_state(request.registry).require_store().db)
     if failure is None:
         return {"status": "ready"}
     log.warning("Not ready: the database did not answer a ping: %s", failure)

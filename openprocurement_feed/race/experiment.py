@@ -40,6 +40,7 @@ from typing import Any
 
 from ..demo.auth import PACKAGED_AUTH_FILE
 from ..demo.load import Access
+from ..store.state import feed_state
 from .crawler import Crawler
 from .detector import Detector, DetectorStats, DetectorThread
 from .feed import FeedClient
@@ -268,7 +269,7 @@ def database_clock(config: RaceConfig, registry: Any) -> Callable[[], float | No
     embedded server the run started, else ``config.database_pid``."""
     from ..embedded.server import process_tree_cpu_seconds
 
-    embedded = getattr(registry, "feed_embedded", None)
+    embedded = feed_state(registry).embedded
     if embedded is not None:
         return embedded.cpu_seconds  # type: ignore[no-any-return]
     pid = config.database_pid
@@ -452,7 +453,7 @@ def run_once(
         for thread in (*writers, detector, crawler, waiter):
             if thread is not None:
                 thread.stop()
-        sequencer = getattr(server.registry, "feed_sequencer", None)
+        sequencer = feed_state(server.registry).sequencer
         if sequencer is not None:
             sequencer.stop()  # before its collection is dropped
         if worker is not None:
@@ -468,7 +469,7 @@ def _sequencer_figures(registry: Any, worker: SequencerWorker | None) -> dict[st
     if worker is not None:
         worker.stop()
         return dict(worker.figures(), where="process")
-    sequencer = getattr(registry, "feed_sequencer", None)
+    sequencer = feed_state(registry).sequencer
     if sequencer is None:
         return None
     stats = sequencer.followers[0].stats

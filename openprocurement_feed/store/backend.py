@@ -39,6 +39,7 @@ from pyramid.config import Configurator
 from pyramid.exceptions import ConfigurationError
 
 from .orders import PUBLIC_MODIFIED, FeedOrder
+from .state import feed_state
 
 log = logging.getLogger("openprocurement_feed.stores")  # its name from before the package had subpackages
 
@@ -54,7 +55,7 @@ CollectionAccessor = Callable[[Any, str], Collection[Any]]
 
 @runtime_checkable
 class FeedBackend(Protocol):
-    """What ``registry.feed_store`` offers the package.
+    """What the state's ``store`` offers the package.
 
     ``feed_page``/``feed_order``/``ensure_feed_indexes`` come from the mixin;
     ``collection(name)`` is the collection of a feed for writes and index
@@ -239,23 +240,23 @@ def set_feed_store(
     conflict (an error at once under autocommit); calling it after the
     package's own store was created is an error.
     """
-    registry = config.registry
-    created = getattr(registry, "feed_store", None)
+    state = feed_state(config.registry)
+    created = state.store
     if created is not None and not isinstance(created, HostStore):
         raise ConfigurationError(
             f"set_feed_store: the feed store was already created ({type(created).__name__}, when the "
             "configuration was committed); call config.set_feed_store before config.commit() "
             "and config.make_wsgi_app()."
         )
-    if config.autocommit and getattr(registry, "feed_host_store", None) is not None:
+    if config.autocommit and state.host_store is not None:
         # a committing configuration reports this as a conflict at commit
         raise ConfigurationError("set_feed_store: called twice; hand the feeds one store.")
     backend = HostStore(store, collection, database)
-    apply_numbers(store, registry.feed_settings)
+    apply_numbers(store, state.settings)
 
     def register() -> None:
-        registry.feed_store = backend
+        state.store = backend
 
     config.action(STORE_DISCRIMINATOR, register, order=-20)
-    registry.feed_host_store = backend
+    state.host_store = backend
     return backend

@@ -37,6 +37,8 @@ from pyramid.exceptions import ConfigurationError
 from pyramid.interfaces import ISecurityPolicy
 from pyramid.request import Request
 
+from .state import find_feed_state
+
 #: The document field that marks a restricted object.
 RESTRICTED_FIELD = "config.restricted"
 #: The conventional permission that shows restricted objects in full
@@ -357,7 +359,8 @@ def feed_policy(request: Request, feed: str | ItemPolicy | Any) -> ItemPolicy:
     if isinstance(feed, ItemPolicy):
         return feed
     if isinstance(feed, str):
-        definitions = getattr(request.registry, "feed_definitions", {})
+        state = find_feed_state(request.registry)
+        definitions = state.definitions if state is not None else {}
         if feed not in definitions:
             raise LookupError(f"no feed named {feed!r} is registered (add_feed)")
         found: ItemPolicy = definitions[feed].policy
