@@ -49,7 +49,7 @@ OBSERVE_CALLS = 100_000
 MULTIPROCESS_PROBE = """
     import os
     import timeit
-    from openprocurement_feed.operations.metrics import FeedMetrics
+    from openprocurement_feed.operations.metrics_recorder import FeedMetrics
     metrics = FeedMetrics.from_environ(os.environ)
     assert metrics.multiprocess
     calls = {calls}

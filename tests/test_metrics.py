@@ -336,7 +336,7 @@ def test_a_missing_prometheus_client_stops_start_up(mongodb_uri: str) -> None:
 
 #: One worker process of the multi-process test: serves pages, optionally
 def test_the_health_hooks_report_verdicts_watcher_age_and_checkpoint_distance(app: Any) -> None:
-    from openprocurement_feed.operations.metrics import FeedFigures
+    from openprocurement_feed.operations.figures import FeedFigures
 
     metrics = app.registry.feed_metrics
     web = TestApp(app)
