@@ -24,12 +24,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import requests
 
+from .ahead import PageRequests
+
+# Batch, Handler, SyncStats and the directions are imported from here too.
+from .batch import BACKWARD as BACKWARD
+from .batch import FORWARD as FORWARD
+from .batch import Batch as Batch
+from .batch import Handler as Handler
+from .batch import SyncStats as SyncStats
 from .dedup import SeenItems
 from .errors import FeedError, OffsetRejected, SyncStopped
 from .http import DEFAULT_LIMIT, FeedHTTP, Page, RetryEvent, RetryPolicy
@@ -38,86 +44,11 @@ from .state import FeedIdentity, StateFile, StateKeeper, SyncState
 
 log = logging.getLogger(__name__)
 
-FORWARD = "forward"
 #: Seconds ``FeedSync(longpoll=...)`` asks a caught-up request to wait.
 DEFAULT_LONGPOLL = 25.0
 #: An empty long-poll answer quicker than this did not wait (a server
 #: shutting down): the client pauses ``poll_interval`` before asking again.
 MIN_LONGPOLL_WAIT = 0.05
-BACKWARD = "backward"
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The new items of one page, handed to the handler.
-
-    :ivar items: the items as the feed served them, minus versions
-        (``id``, ``dateModified``) already handled by this client.
-    :ivar direction: ``"forward"`` (changes since the sync started) or
-        ``"backward"`` (history, newest first; the very first page counts as
-        backward).
-    :ivar may_repeat: True when some of these items may have reached a
-        handler before: the first page in each direction after resuming from
-        a state file (the previous run may have handled it and stopped before
-        saving), and pages after an offset restart once the de-duplication
-        memory has forgotten entries. Delivery is at least once in any case:
-        handlers should be idempotent (e.g. upsert by ``id``).
-    :ivar objects: with ``fetch_objects``, the whole objects of ``items``
-        (``GET {feed}/{id}``), in the same order, minus those gone; else None.
-    :ivar missing: with ``fetch_objects``, the ids of ``items`` whose object
-        answered ``404`` (deleted or hidden since the page was served).
-    """
-
-    items: list[dict[str, Any]]
-    direction: str
-    may_repeat: bool
-    objects: list[dict[str, Any]] | None = None
-    missing: tuple[str, ...] = ()
-
-
-#: What a handler is: called once per page with new items; the page counts
-#: as handled when it returns.
-Handler = Callable[[Batch], None]
-
-
-@dataclass
-class SyncStats:
-    """What a :class:`FeedSync` did so far (this process only).
-
-    ``items`` were handed to the handler, ``duplicates`` filtered out;
-    ``pages`` had at least one item, ``polls`` were empty forward requests;
-    ``retries`` failed attempts retried, ``restarts`` offsets rejected by
-    the server. With ``fetch_objects``, ``objects`` were fetched whole and
-    ``objects_missing`` answered ``404``. ``caught_up_at`` is the clock time when the last request that
-    found the feed caught up (backward done, forward short) was sent.
-    """
-
-    items: int = 0
-    duplicates: int = 0
-    pages: int = 0
-    forward_pages: int = 0
-    backward_pages: int = 0
-    polls: int = 0
-    retries: int = 0
-    restarts: int = 0
-    objects: int = 0
-    objects_missing: int = 0
-    backward_done: bool = False
-    started_at: float = 0.0
-    elapsed: float = 0.0
-    caught_up_at: float | None = None
-    stopped: bool = False
-    last_retry: RetryEvent | None = field(default=None, repr=False)
-
-    @property
-    def items_per_second(self) -> float:
-        """Items handled per second of :attr:`elapsed` time."""
-        return self.items / self.elapsed if self.elapsed > 0 else 0.0
-
-    @property
-    def objects_per_second(self) -> float:
-        """Whole objects fetched per second of :attr:`elapsed` time."""
-        return self.objects / self.elapsed if self.elapsed > 0 else 0.0
 
 
 class FeedSync:
@@ -226,15 +157,12 @@ class FeedSync:
             self.http.close()
             raise
         self.objects: ObjectFetcher | None = None
-        self._prefetcher: ThreadPoolExecutor | None = None
-        #: the next page requested ahead, per direction (descending or not)
-        self._prefetched: dict[bool, tuple[str, Future[Page]]] = {}
         #: whether the running :meth:`run` follows the feed (only then does a
         #: caught-up request long-poll: a one-shot sync ends at the head)
         self._following = False
         if fetch_objects:
             self.objects = ObjectFetcher(self.http, fetch_concurrency, object_session)
-            self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-prefetch")
+        self._pages = PageRequests(self.http, self._stopping, ahead=fetch_objects)
         self.seen = SeenItems(dedup_size)
         self.stats = SyncStats(backward_done=self.state.backward_done)
         resumed = self.state.started
@@ -262,9 +190,7 @@ class FeedSync:
 
     def close(self) -> None:
         """Close the HTTP connections (and stop the object fetcher's threads)."""
-        if self._prefetcher is not None:
-            self._stopping.set()  # a prefetch waiting to retry gives up at once
-            self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        self._pages.close()
         if self.objects is not None:
             self.objects.close()
         self.http.close()
@@ -404,50 +330,14 @@ class FeedSync:
         self._save(page)
 
     def _fetch(self, offset: str | None, descending: bool) -> Page:
-        ahead = self._prefetched.pop(descending, None)
-        if ahead is not None and ahead[0] == (offset or ""):
-            page = ahead[1].result()
-        else:
-            # long-poll only when following, once the history is done: a
-            # one-shot sync ends at the head without waiting for a change,
-            # and an empty forward page must not hold up the backward crawl
-            wait = self._following and self.state.backward_done and not descending and self.http.longpoll > 0
-            page = self._wait_for(offset) if wait else self.http.fetch(offset, descending=descending, wait=False)
+        # long-poll only when following, once the history is done: a
+        # one-shot sync ends at the head without waiting for a change,
+        # and an empty forward page must not hold up the backward crawl
+        wait = self._following and self.state.backward_done and not descending and self.http.longpoll > 0
+        page = self._pages.fetch(offset, descending, wait)
         if offset:
             self._rejections_in_row = 0
         return page
-
-    def _wait_for(self, offset: str | None) -> Page:
-        """A long-poll request, in a helper thread so that :meth:`stop` ends
-        the wait at once (the request itself is abandoned: it ends at the
-        server's answer or its timeout)."""
-        future: Future[Page] = Future()
-
-        def request() -> None:
-            try:
-                future.set_result(self.http.fetch(offset, False, True))
-            except BaseException as error:  # handed to the waiting thread
-                future.set_exception(error)
-
-        # a daemon thread, not an executor's: exiting never waits for it
-        threading.Thread(target=request, name="feed-longpoll", daemon=True).start()
-        while not future.done():
-            if self._stopping.wait(0.05):
-                raise SyncStopped("stopped while waiting for changes")
-        return future.result()
-
-    def _prefetch(self, page: Page, direction: str) -> None:
-        """Request the page after ``page`` in the background (object fetching
-        only): history goes on while it has items, changes while pages are
-        full."""
-        if self._prefetcher is None:
-            return
-        descending = direction == BACKWARD
-        if not descending and len(page.items) < (page.limit or self.http.limit):
-            return
-        offset = page.next_offset
-        future = self._prefetcher.submit(self.http.fetch, offset, descending, False)
-        self._prefetched[descending] = (offset, future)
 
     def _handle(self, page: Page, direction: str) -> None:
         """Hand the new items of ``page`` to the handler, then remember them.
@@ -457,7 +347,7 @@ class FeedSync:
         """
         fresh, dropped = self.seen.fresh(page.items)
         self.stats.duplicates += dropped
-        self._prefetch(page, direction)
+        self._pages.request_ahead(page, direction == BACKWARD)
         if fresh:
             may_repeat = self._repeat_pending[direction] or (self._restarted and self.seen.evicted > 0)
             batch = Batch(items=fresh, direction=direction, may_repeat=may_repeat)
@@ -505,7 +395,7 @@ class FeedSync:
                 f"{self.feed.url} rejected {self._rejections_in_row} offsets in a row (last: {error}); giving up"
             ) from None
         log.warning("%s; starting over from the newest page of %s", str(error), self.feed.url)
-        self._prefetched.clear()
+        self._pages.forget()
         self.state.reset()
         self.state.restarts += 1
         self.stats.restarts += 1
