@@ -15,15 +15,9 @@ from typing import Any
 import pytest
 
 from openprocurement_feed.client.errors import FeedError, FeedUnavailable
-from openprocurement_feed.client.http import (
-    FeedHTTP,
-    RetryPolicy,
-    _echoed_limit,
-    _seconds,
-    _short,
-    parse_retry_after,
-    read_page,
-)
+from openprocurement_feed.client.http import FeedHTTP, _seconds, _short
+from openprocurement_feed.client.page import _echoed_limit, read_page
+from openprocurement_feed.client.retry import RetryPolicy, parse_retry_after
 from tests import test_client
 
 #: A real HTTP server on loopback answering what a test sets (shared with the client tests).

@@ -16,26 +16,22 @@ retries what is worth retrying:
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import timezone
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
 
 from .errors import FeedError, FeedUnavailable, OffsetRejected
-from .state import FeedIdentity
+from .page import Page, read_page, split_feed_url
+from .retry import RetryEvent, RetryPolicy, TransientError, parse_retry_after
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Query parameters the client sets itself; taken out of the feed URL.
-MANAGED_PARAMS = ("offset", "descending", "limit", "mode", "opt_fields")
 #: The parameters of a long-poll request: they replace the URL's own.
 LONGPOLL_PARAMS = ("feed", "timeout")
 #: Seconds a long-poll answer may take beyond its ``timeout`` before the
@@ -60,87 +56,6 @@ def user_agent() -> str:
     return f"openprocurement-feed-sync/{client_version()} python-requests/{requests.__version__}"
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long to keep trying one page.
-
-    :param initial_backoff: the first backoff in seconds (also the shortest
-        wait, even when a server asks for ``Retry-After: 0``).
-    :param max_backoff: the longest exponential backoff (a random jitter of up
-        to ``initial_backoff`` is added to every backoff).
-    :param max_attempts: give up after this many attempts (None: no limit).
-    :param max_time: give up when the next wait would end later than this
-        many seconds after the first attempt (None: no limit).
-    :param max_retry_after: the longest ``Retry-After`` obeyed as sent.
-    """
-
-    initial_backoff: float = 0.5
-    max_backoff: float = 30.0
-    max_attempts: int | None = None
-    max_time: float | None = 300.0
-    max_retry_after: float = 300.0
-
-
-@dataclass(frozen=True)
-class RetryEvent:
-    """A failed attempt about to be retried after ``wait`` seconds."""
-
-    url: str
-    attempt: int
-    wait: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class Page:
-    """One feed page as the client needs it.
-
-    ``limit`` is the page size the server echoed in its links (it clamps
-    what was asked), None if it echoed none; ``started_at`` is the client
-    clock when the request that returned the page was first sent.
-    """
-
-    items: list[dict[str, Any]]
-    next_offset: str
-    prev_offset: str | None
-    limit: int | None
-    started_at: float
-    #: the server echoed ``feed=longpoll`` in ``next_page``: it long-polls
-    longpoll: bool = False
-    #: the ``Retry-After`` of the answer, in seconds (a long-poll over the
-    #: server's cap), or None
-    retry_after: float | None = None
-
-
-class TransientError(Exception):
-    """A failure worth retrying; ``retry_after`` is what the server asked for."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an
-    HTTP date; None when absent or unreadable, never negative."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    if text.isdigit():
-        return float(text)
-    try:
-        moment = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    current = time.time() if now is None else now
-    return max(0.0, moment.timestamp() - current)
-
-
 def error_description(response: requests.Response) -> str:
     """The ``description`` of a JSON error body, else the start of the body."""
     try:
@@ -149,81 +64,6 @@ def error_description(response: requests.Response) -> str:
     except (ValueError, KeyError, TypeError, AttributeError):
         text = response.text.strip().replace("\n", " ")
         return text[:200]
-
-
-def split_feed_url(
-    url: str, mode: str | None = None, opt_fields: Iterable[str] | None = None
-) -> tuple[FeedIdentity, list[tuple[str, str]]]:
-    """The identity of the feed at ``url`` and the extra query parameters
-    its URL carries.
-
-    ``mode`` / ``opt_fields`` given in the URL's query are used unless given
-    explicitly; ``offset``, ``descending`` and ``limit`` in the URL are
-    dropped (the client sets them).
-
-    :raises FeedError: ``url`` is not an http(s) URL with a host.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise FeedError(f"expected an http:// or https:// feed URL, got {url!r}")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    given = dict(query)
-    extra = [(key, value) for key, value in query if key not in MANAGED_PARAMS]
-    if mode is None:
-        mode = given.get("mode", "")
-    if opt_fields is None:
-        opt_fields = [name for name in given.get("opt_fields", "").split(",")]
-    fields = tuple(sorted({name.strip() for name in opt_fields if name.strip()}))
-    base = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(extra), ""))
-    return FeedIdentity(url=base, mode=mode or "", opt_fields=fields), extra
-
-
-def _echoed_limit(link: Any) -> int | None:
-    if not isinstance(link, dict):
-        return None
-    for key in ("path", "uri"):
-        target = link.get(key)
-        if isinstance(target, str) and "?" in target:
-            values = dict(parse_qsl(target.split("?", 1)[1]))
-            if values.get("limit", "").isdigit():
-                return int(values["limit"])
-    return None
-
-
-def _echoes_longpoll(link: Any) -> bool:
-    """True when a page link carries ``feed=longpoll``."""
-    if not isinstance(link, dict):
-        return False
-    for key in ("path", "uri"):
-        target = link.get(key)
-        if isinstance(target, str) and "?" in target:
-            return dict(parse_qsl(target.split("?", 1)[1])).get("feed") == "longpoll"
-    return False
-
-
-def read_page(body: Any, url: str, started_at: float) -> Page:
-    """A :class:`Page` from a decoded feed response; :class:`FeedError` when
-    the body is not a feed page."""
-    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        raise FeedError(f'{url} did not return a feed page (no "data" list)')
-    next_page = body.get("next_page")
-    if not isinstance(next_page, dict) or not isinstance(next_page.get("offset"), str):
-        raise FeedError(f'{url} did not return a feed page (no "next_page" offset)')
-    items = body["data"]
-    if not all(isinstance(item, dict) for item in items):
-        raise FeedError(f"{url} returned feed items that are not objects")
-    prev_page = body.get("prev_page")
-    prev_offset = prev_page.get("offset") if isinstance(prev_page, dict) else None
-    if prev_offset is not None and not isinstance(prev_offset, str):
-        raise FeedError(f'{url} returned a "prev_page" offset that is not a string')
-    return Page(
-        items=items,
-        next_offset=next_page["offset"],
-        prev_offset=prev_offset,
-        limit=_echoed_limit(next_page),
-        started_at=started_at,
-        longpoll=_echoes_longpoll(next_page),
-    )
 
 
 def send_get(session: requests.Session, url: str, timeout: float | tuple[float, float]) -> requests.Response:
