@@ -60,10 +60,10 @@ LIMIT = 100
 FRAME_SIZE_LIMIT = 500_000
 
 
-def make_items(count: int, seed: int = 1) -> list[dict[str, str]]:
-    """``count`` feed items, oldest first, a minute apart (µs jitter)."""
+def make_items(count: int, start: datetime, seed: int = 1) -> list[dict[str, str]]:
+    """``count`` feed items from ``start``, oldest first, a minute apart (µs
+    jitter): the same items for the same arguments."""
     rng = random.Random(seed)  # nosec B311 - sample data
-    start = datetime.now(timezone.utc) - timedelta(days=200)
     items = []
     for number in range(count):
         moment = start + timedelta(seconds=60 * number, microseconds=rng.randint(0, 999_999))
@@ -71,11 +71,11 @@ def make_items(count: int, seed: int = 1) -> list[dict[str, str]]:
     return items
 
 
-def serve(count: int, port_queue: Any) -> None:  # pragma: no cover - a child process
-    """The stand-in feed of ``count`` items on a free loopback port."""
+def serve(count: int, start: datetime, port_queue: Any) -> None:  # pragma: no cover - a child process
+    """The stand-in feed of ``count`` items from ``start`` on a free loopback port."""
     from openprocurement_feed.reconcile import Negentropy, VectorStorage, record
 
-    items = make_items(count)
+    items = make_items(count, start)
     by_id = {item["id"]: item for item in items}
     storage = VectorStorage.of(record(item["id"], item["dateModified"]) for item in items)
     until = storage.get_item(storage.size() - 1).timestamp + 1 if items else 1
@@ -179,14 +179,14 @@ def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> tuple[
     return sync_times, mirror_times, pages
 
 
-def build_directly(path: Path, url: str, count: int) -> float:
+def build_directly(path: Path, url: str, count: int, start: datetime) -> float:
     """An SQLite mirror of the stand-in's ``count`` items written straight
     into ``feed_objects`` (no crawl), the feed's ``feed_state`` as a crawl
     at the head would leave it: seconds."""
     from openprocurement_feed.client.mirror import MirrorStore, row_of
 
     started = time.perf_counter()
-    items = make_items(count)
+    items = make_items(count, start)
     store = MirrorStore.open(str(path))
     store.create_schema()
     state = {"url": url, "mode": "", "opt_fields": "", "objects": False, "next_offset": str(count)}
@@ -218,7 +218,8 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
         crawled = count <= CRAWL_UP_TO
         context = multiprocessing.get_context("spawn")
         queue: Any = context.Queue()
-        server = context.Process(target=serve, args=(count, queue), daemon=True)
+        start = datetime.now(timezone.utc) - timedelta(days=count // 1440 + 2)  # the last item in the past
+        server = context.Process(target=serve, args=(count, start, queue), daemon=True)
         server.start()
         try:
             url = f"http://127.0.0.1:{queue.get(timeout=600)}/api/2.5/tenders"
@@ -232,7 +233,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                     ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
                     how = "crawled"
                 else:
-                    seconds = build_directly(folder / "mirror.db", url, count)
+                    seconds = build_directly(folder / "mirror.db", url, count, start)
                     status(f"mirror, {count}: written straight into feed_objects in {seconds:.1f} s")
                     sync_rate = mirror_rate = ratio = "-"
                     how = "inserted"
