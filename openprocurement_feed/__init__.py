@@ -64,6 +64,7 @@ from pyramid.config import Configurator
 from pyramid.request import Request
 from pyramid.tweens import INGRESS
 
+from .commit.plan import feed_plan
 from .feed.errors import add_error_views
 from .feed.openapi import add_openapi_paths, include_openapi
 from .feed.renderers import RENDERER, FeedJSONRenderer
@@ -76,7 +77,6 @@ from .save_errors import NotSaved, SaveError, SaveOutcomeUnknown, save_error
 from .settings import FeedSettings, load_timezone, parse_settings
 from .store.backend import FeedBackend, HostStore, apply_numbers, set_feed_store
 from .store.database import ConflictError, FeedStore, FeedStoreMixin, MissingRevision
-from .store.listing import normalize
 from .store.offset import (
     InvalidOffset,
     Offset,
@@ -84,7 +84,6 @@ from .store.offset import (
     compose_position,
     parse_offset,
 )
-from .store.orders import COMMIT
 from .store.state import FeedState, assigned_store, attach_feed_state, feed_state, find_feed_state, role_store
 
 log = logging.getLogger(__name__)
@@ -161,57 +160,30 @@ def _create_store(registry: Any) -> None:
 
 def commit_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     """The collections of the registry's commit-ordered feeds, each with the
-    scope fields its feeds filter on: what a sequencer must follow."""
-    found: dict[str, tuple[str, ...]] = {}
-    for feed in _definitions(registry):
-        if feed.order != COMMIT:
-            continue
-        scopes = found.get(feed.collection, ())
-        if feed.filter_field and feed.filter_field not in scopes:
-            scopes += (feed.filter_field,)
-        found[feed.collection] = scopes
-    return found
+    scope fields its feeds filter on: what a sequencer must follow
+    (:func:`~.commit.plan.feed_plan`)."""
+    return dict(feed_plan(find_feed_state(registry)).collections)
 
 
 def commit_listings(registry: Any) -> dict[str, tuple[str, ...]]:
     """The listing of each commit-ordered feed collection (:mod:`.listing`):
     every field any of its commit-ordered feeds may show (default and
     allowed fields) and the fields their restricted rule reads, which the
-    sequencer copies into the entries."""
-    found: dict[str, list[str]] = {}
-    for feed in _definitions(registry):
-        if feed.order == COMMIT:
-            found.setdefault(feed.collection, []).extend(feed.policy.projection(feed.allowed_fields))
-    return {name: normalize(fields) for name, fields in found.items()}
+    sequencer copies into the entries (:func:`~.commit.plan.feed_plan`)."""
+    return dict(feed_plan(find_feed_state(registry)).listings)
 
 
 def reconcile_collections(registry: Any) -> dict[str, tuple[str, ...]]:
     """The collections whose reconciliation aggregates the followers keep
     (every feed's, with the scope fields of its feeds), or none with
-    ``feed.reconcile_aggregates = false``."""
-    state = find_feed_state(registry)
-    if state is None or not state.settings.reconcile_aggregates:
-        return {}
-    found: dict[str, tuple[str, ...]] = {}
-    for feed in _definitions(registry):
-        scopes = found.get(feed.collection, ())
-        if feed.filter_field and feed.filter_field not in scopes:
-            scopes += (feed.filter_field,)
-        found[feed.collection] = scopes
-    return found
-
-
-def _definitions(registry: Any) -> list[Any]:
-    """The feeds registered on ``registry`` (none before the include)."""
-    state = find_feed_state(registry)
-    return list(state.definitions.values()) if state is not None else []
+    ``feed.reconcile_aggregates = false`` (:func:`~.commit.plan.feed_plan`)."""
+    return dict(feed_plan(find_feed_state(registry)).aggregates)
 
 
 def watermark_collections(registry: Any) -> list[str]:
     """The collections of the registry's watermark-ordered feeds (followed
     observe-only, to measure the lag the watermark bets on)."""
-    names = [feed.collection for feed in _definitions(registry) if feed.order != COMMIT]
-    return list(dict.fromkeys(names))
+    return list(feed_plan(find_feed_state(registry)).observed)
 
 
 def _start_sequencer(registry: Any) -> None:
@@ -221,19 +193,14 @@ def _start_sequencer(registry: Any) -> None:
 
     state = feed_state(registry)
     settings = state.settings
-    collections = commit_collections(registry) if settings.sequencer == "thread" else {}
-    observed = watermark_collections(registry)
-    if (not collections and not observed) or state.sequencer is not None:
+    plan = feed_plan(state)
+    if settings.sequencer != "thread":
+        plan = plan.observing_only()
+    if plan.empty or state.sequencer is not None:
         return
     store = role_store(registry, settings.sequencer_app_name)
-    state.sequencer = Sequencer(
-        store.db,
-        collections,
-        observed=observed,
-        listings=commit_listings(registry),
-        aggregates=reconcile_collections(registry),
-        lag_window_seconds=settings.lag_window_seconds,
-        metrics=state.metrics,
+    state.sequencer = Sequencer.from_plan(
+        store.db, plan, lag_window_seconds=settings.lag_window_seconds, metrics=state.metrics
     ).start()
 
 

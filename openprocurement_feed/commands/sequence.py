@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     from pymongo.errors import PyMongoError
     from pyramid.exceptions import ConfigurationError
 
-    from .. import commit_collections, commit_listings, reconcile_collections, shutdown, watermark_collections
+    from .. import shutdown
+    from ..commit.plan import feed_plan
     from ..commit.sequencer import Sequencer
     from ..store.state import feed_state, role_store
 
@@ -150,9 +151,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     except (LookupError, ValueError, ImportError) as error:
         raise CommandError(f"{args.config}: cannot load the application: {error}") from None
-    collections = commit_collections(registry)
-    observed = watermark_collections(registry) if args.observe else []
-    if not collections and not observed:
+    plan = feed_plan(feed_state(registry))
+    if not args.observe:
+        plan = plan.sequencing_only()
+    if plan.empty:
         shutdown(registry)
         raise CommandError(
             f"{args.config}: the application has no commit-ordered feed "
@@ -168,17 +170,15 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     state = feed_state(registry)
     database = role_store(registry, state.settings.sequencer_app_name).db
-    sequencer = Sequencer(
+    sequencer = Sequencer.from_plan(
         database,
-        collections,
-        observed=observed,
-        listings=commit_listings(registry),
-        aggregates=reconcile_collections(registry),
+        plan,
         batch_size=args.batch_size,
         lag_window_seconds=state.settings.lag_window_seconds,
         metrics=state.metrics,
     )
-    names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in observed if name not in collections])
+    collections = plan.collections
+    names = ", ".join(sorted(collections) + [f"{name} (observed)" for name in plan.observed if name not in collections])
     print(f"Sequencing {names} of database {database.name}", file=sys.stderr, flush=True)
     started = time.monotonic()
     previous: dict[str, int] = {}

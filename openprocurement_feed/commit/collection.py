@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pymongo.change_stream import ChangeStream, CollectionChangeStream
+from pymongo.collection import Collection
 from pymongo.errors import OperationFailure, PyMongoError
 
 from .aggregates import AggregateKeeper
@@ -32,12 +33,19 @@ class CollectionSequencer(CollectionRecovery):
     """Follows one collection's change stream and keeps its positions.
 
     Its parameters are :class:`~.entries.CollectionEntries`' (the
-    collection, its scope and listing fields, the batch and pacing options).
+    collection, its scope and listing fields, the batch and pacing options)
+    and ``aggregate_scopes``: with them, it keeps the collection's
+    reconciliation aggregates (:mod:`.aggregates`) by those scope fields.
     """
 
-    #: the keeper of the collection's reconciliation aggregates, when on
-    #: (set by :class:`~.sequencer.Sequencer`)
-    aggregates: AggregateKeeper | None = None
+    def __init__(
+        self, collection: Collection[Any], *args: Any, aggregate_scopes: Iterable[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(collection, *args, **options)
+        #: the keeper of the collection's reconciliation aggregates (None: off)
+        self.aggregates: AggregateKeeper | None = (
+            AggregateKeeper(self.collection, aggregate_scopes) if aggregate_scopes is not None else None
+        )
 
     @functools.cached_property
     def guard(self) -> HistoryGuard:

@@ -20,6 +20,7 @@ from pymongo.write_concern import WriteConcern
 
 from ..store.listing import normalize, take
 from ..store.orders import COMMITTED_SEQ, COMMITTED_TS, PUBLIC_MODIFIED, STATE_ID, position_seq, positions_name
+from ..store.positions import read_checkpoint
 from .lag import LagWindow, Publisher
 from .stamps import hashable
 
@@ -274,7 +275,7 @@ class CollectionEntries:
 
     def load_state(self) -> dict[str, Any]:
         """This collection's saved token, checkpoint and start (may be empty)."""
-        return self.positions.find_one({"_id": STATE_ID}) or {}
+        return read_checkpoint(self.positions, fields=None)[1]
 
     @staticmethod
     def state_update(

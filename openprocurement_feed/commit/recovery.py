@@ -13,6 +13,7 @@ from pymongo import ASCENDING, DESCENDING
 
 from ..store.listing import STATE_LISTING, STATE_SEQ
 from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
+from ..store.positions import checkpoint_of
 from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
@@ -100,9 +101,10 @@ class CollectionRecovery(CollectionRematerializer):
         state = self.load_state()
         if state:
             self.check_listing(state)
-        if isinstance(state.get("checkpoint"), Timestamp):
+        checkpoint = checkpoint_of(state)
+        if checkpoint is not None:
             # the feed is served from the saved checkpoint at once (ready)
-            self.published(state["checkpoint"])
+            self.published(checkpoint)
         if state.get("token") and isinstance(state.get("token_ts"), Timestamp):
             return state["token_ts"], state["token"]
         if isinstance(state.get("start"), Timestamp):

@@ -61,11 +61,11 @@ from typing import Any
 
 from pymongo.database import Database
 
-from .aggregates import AggregateKeeper
 from .collection import CollectionSequencer
 from .dbstream import DatabaseStream
 from .entries import SequencerStats, forward_only
 from .errors import HISTORY_LOST_CODES, SequencerError
+from .plan import SequencerPlan
 from .stamps import PositionCounter, cluster_time, predecessor, successor
 
 __all__ = [
@@ -92,12 +92,21 @@ class Sequencer:
     :param collections: feed collection → the scope fields its feeds filter on.
     :param observed: collections of watermark feeds to follow observe-only
         (their lag taken, no positions written).
-    :param listings: feed collection → the fields its feeds may show
-        (:func:`openprocurement_feed.commit_listings`), carried by its entries.
+    :param listings: feed collection → the fields its feeds may show,
+        carried by its entries.
     :param aggregates: feed collection → the scope fields of its feeds:
         the collections whose reconciliation aggregates its followers keep
-        (:mod:`.aggregates`; :func:`openprocurement_feed.reconcile_collections`).
+        (:mod:`.aggregates`).
+
+    :meth:`from_plan` takes the four from the feeds' :class:`~.plan.SequencerPlan`.
     """
+
+    @classmethod
+    def from_plan(cls, db: Database[Any], plan: SequencerPlan, **options: Any) -> Sequencer:
+        """The sequencer of ``plan`` on ``db`` (``options``: the followers')."""
+        return cls(
+            db, plan.collections, observed=plan.observed, listings=plan.listings, aggregates=plan.aggregates, **options
+        )
 
     def __init__(
         self,
@@ -109,17 +118,21 @@ class Sequencer:
         **options: Any,
     ) -> None:
         listings = listings or {}
+        aggregates = aggregates or {}
         self.followers = [
-            CollectionSequencer(db.get_collection(name), scope_fields, listing=listings.get(name, ()), **options)
+            CollectionSequencer(
+                db.get_collection(name),
+                scope_fields,
+                listing=listings.get(name, ()),
+                aggregate_scopes=aggregates.get(name),
+                **options,
+            )
             for name, scope_fields in collections.items()
         ] + [
-            CollectionSequencer(db.get_collection(name), observe=True, **options)
+            CollectionSequencer(db.get_collection(name), observe=True, aggregate_scopes=aggregates.get(name), **options)
             for name in observed
             if name not in collections
         ]
-        for follower in self.followers:
-            if aggregates is not None and follower.name in aggregates:
-                follower.aggregates = AggregateKeeper(follower.collection, aggregates[follower.name])
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []

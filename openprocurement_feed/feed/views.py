@@ -23,18 +23,14 @@ from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
 from ..longpoll.notifier import OVER_CAP
-from ..store.indexes import create_indexes as create_stamp_indexes
-from ..store.indexes import stamp_index_specs
-from ..store.listing import ENTRY_FIELDS
 from ..store.offset import compose_offset
 from ..store.orders import (
-    COMMIT,
-    COMMITTED_TS,
     ORDERS,
     PUBLIC_MODIFIED,
+    WATERMARK,
     FeedOrder,
     boundary_ids,
-    positions_name,
+    order_kind,
 )
 from ..store.restricted import ItemPolicy, ItemView
 from ..store.state import feed_state
@@ -84,7 +80,7 @@ class FeedDefinition:
     scope: str | None = None
     scope_field: str | None = None
     permission: str | None = None
-    order: str = "watermark"
+    order: str = WATERMARK
     #: how items are shown, and to whom (:mod:`.restricted`)
     policy: ItemPolicy = field(default_factory=ItemPolicy)
     #: the URL path the feed is served at: ``feed.route_prefix`` and
@@ -99,6 +95,12 @@ class FeedDefinition:
     def filter_field(self) -> str | None:
         """The document field the scope filters on."""
         return self.scope_field or self.scope
+
+    @property
+    def kind(self) -> type[FeedOrder]:
+        """The class of the feed's order: what differs between the orders
+        is asked of it (:class:`~openprocurement_feed.store.orders.FeedOrder`)."""
+        return order_kind(self.order)
 
 
 def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None) -> tuple[str, str]:
@@ -368,8 +370,9 @@ def add_feed(
     order = order or settings.order
     if order not in ORDERS:
         raise ConfigurationError(f"add_feed({name!r}): invalid order {order!r}; expected one of {', '.join(ORDERS)}")
-    own = sorted({name.split(".")[0] for name in (*default_fields, *allowed_fields)} & ENTRY_FIELDS)
-    if order == COMMIT and own:
+    listed = {name.split(".")[0] for name in (*default_fields, *allowed_fields)}
+    own = sorted(listed & order_kind(order).reserved_fields)
+    if own:
         raise ConfigurationError(
             f"add_feed({name!r}): {', '.join(own)} cannot be listed by a commit-ordered feed: "
             "positions entries carry fields of that name of their own (_id, committed_ts, committed_seq, rev, deleted)"
@@ -475,18 +478,6 @@ def create_indexes(store: Any, feed: FeedDefinition) -> None:
     error is a programming error and stops start-up."""
     scope_fields = [feed.filter_field] if feed.filter_field else []
     try:
-        if feed.order != COMMIT:
-            store.ensure_feed_indexes(store.collection(feed.collection), scope_fields)
-        else:
-            # pages read the positions: the documents need only the index of
-            # the sequencer's backfill (each one costs every write)
-            create_stamp_indexes(store.collection(feed.collection), stamp_index_specs())
-            store.ensure_feed_indexes(
-                # beside the documents, in the store's database (not the host's
-                # collection accessor: the package owns that collection)
-                store.db.get_collection(positions_name(feed.collection)),
-                scope_fields,
-                COMMITTED_TS,
-            )
+        feed.kind.ensure_indexes(store, feed.collection, scope_fields)
     except PyMongoError as error:
         log.warning("Could not create the indexes of feed %r: %s", feed.name, error)

@@ -29,7 +29,8 @@ from bson.timestamp import Timestamp
 from pymongo.database import Database
 
 from ..commit.lag import HEALTH_COLLECTION
-from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID, positions_name
+from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, positions_name
+from ..store.positions import read_checkpoint as read_positions_checkpoint
 
 #: The most documents of the checkpoint's own second whose entries are
 #: looked up (the writes of that second may or may not be covered).
@@ -70,13 +71,10 @@ def checkpoint_state(db: Database[Any], collection: str) -> tuple[Timestamp | No
     it was last published, and since when its follower's stream has skipped
     history not yet recovered (None: it has not; both times by the
     database's clock, seconds)."""
-    state = (
-        db[positions_name(collection)].find_one({"_id": STATE_ID}, {"checkpoint": 1, "published": 1, HISTORY_LOST: 1})
-        or {}
-    )
-    checkpoint, published, lost = state.get("checkpoint"), state.get("published"), state.get(HISTORY_LOST)
+    checkpoint, state = read_positions_checkpoint(db[positions_name(collection)], ("published", HISTORY_LOST))
+    published, lost = state.get("published"), state.get(HISTORY_LOST)
     return (
-        checkpoint if isinstance(checkpoint, Timestamp) else None,
+        checkpoint,
         epoch(published) if isinstance(published, datetime) else None,
         epoch(lost) if isinstance(lost, datetime) else None,
     )

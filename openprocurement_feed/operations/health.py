@@ -48,7 +48,8 @@ from pyramid.request import Request
 
 from ..commit.lag import HEALTH_COLLECTION, LagWindow, event_lag
 from ..commit.lag import Publisher as Publisher
-from ..store.orders import COMMIT
+from ..commit.plan import feed_plan
+from ..store.orders import order_kind
 from ..store.state import feed_state
 from .coverage import (
     checkpoint_state,
@@ -118,7 +119,7 @@ def feed_health(
         "checkpoint": None,
         "lag_ms": lag,
     }
-    if feed.order == COMMIT:
+    if order_kind(feed.order).sequenced:
         body["verdict"], body["reason"] = _commit_verdict(db, feed, threshold, body, clock)
     else:
         verdicts = [_watermark_verdict(watermark_seconds, running, lag)]
@@ -151,9 +152,12 @@ def with_follower_failure(registry: Any, feed: Any, body: dict[str, Any]) -> dic
     if failure is None:
         return body
     body["watcher"]["failing"] = failure
-    floor = "at-risk" if feed.order == COMMIT else "unknown"
+    # a sequenced feed's pages stop at the checkpoint; a watermark feed's
+    # only lose the measure of the lag its bound bets on
+    sequenced = order_kind(feed.order).sequenced
+    floor = "at-risk" if sequenced else "unknown"
     if VERDICTS.index(body["verdict"]) < VERDICTS.index(floor):
-        what = "the checkpoint does not move" if feed.order == COMMIT else "the lag is not measured"
+        what = "the checkpoint does not move" if sequenced else "the lag is not measured"
         body["verdict"] = floor
         body["reason"] = (
             f"the in-process follower has failed for {failure['seconds']:g} s ({failure['error']}); it retries, {what}"
@@ -278,16 +282,11 @@ class VerdictLog:
             log.info("Feed %r: %s again: %s", name, verdict, reason)
 
 
-def _feed_collections(registry: Any, commit_only: bool = False) -> list[str]:
-    feeds = feed_state(registry).definitions.values()
-    return list(dict.fromkeys(feed.collection for feed in feeds if not commit_only or feed.order == COMMIT))
-
-
 def checkpoint_ages(registry: Any) -> dict[str, float]:
     """Metrics scrape hook: each commit-ordered collection's checkpoint age (s)."""
     db = feed_state(registry).require_store().db
     ages: dict[str, float] = {}
-    names = _feed_collections(registry, commit_only=True)
+    names = list(feed_plan(feed_state(registry)).collections)
     now = database_now(db) if names else 0.0
     for name in names:
         checkpoint = read_checkpoint(db, name)
@@ -300,7 +299,7 @@ def lag_windows(registry: Any) -> dict[str, dict[str, float]]:
     """Metrics scrape hook: each followed collection's lag window (s)."""
     db = feed_state(registry).require_store().db
     windows = {}
-    for document in db[HEALTH_COLLECTION].find({"_id": {"$in": _feed_collections(registry)}}):
+    for document in db[HEALTH_COLLECTION].find({"_id": {"$in": list(feed_plan(feed_state(registry)).followed)}}):
         lag = document.get("lag_ms") or {}
         if lag.get("count"):
             windows[document["_id"]] = {key: lag[key] / 1000.0 for key in ("p50", "p99", "max")}

@@ -22,7 +22,8 @@ from typing import IO, Any
 
 from pymongo.database import Database
 
-from ..store.orders import STATE_ID, positions_name
+from ..store.orders import positions_name
+from ..store.positions import read_checkpoint
 
 SUMMARY_RE = re.compile(r"(\d+) events in (\d+) batches, (\d+) stamped")
 DELAY_RE = re.compile(r"commit-to-checkpoint median (\d+) ms, max (\d+) ms")
@@ -67,7 +68,7 @@ class SequencerWorker:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 return False
-            if (positions.find_one({"_id": STATE_ID}) or {}).get("checkpoint") is not None:
+            if read_checkpoint(positions)[0] is not None:
                 return True
             time.sleep(0.05)
         return False

@@ -31,17 +31,13 @@ from .indexes import create_indexes as create_indexes
 from .indexes import stamp_index_specs as stamp_index_specs
 from .offset import Offset, ids_digest
 from .orders import (
-    COMMIT,
-    ORDERS,
     PUBLIC_MODIFIED,
-    WATERMARK,
-    CommitOrder,
     FeedOrder,
     PageReader,
-    WatermarkOrder,
     WatermarkReader,
     boundary_ids,
     exclusive_upper,
+    order_kind,
 )
 from .windows import WindowHints
 
@@ -110,11 +106,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
 
     def feed_order(self, name: str | None = None) -> FeedOrder:
         """The :class:`~.orders.FeedOrder` called ``name`` (default: watermark)."""
-        if name == COMMIT:
-            return CommitOrder(self.watermark_seconds)
-        if name not in (None, WATERMARK):
-            raise ValueError(f"unknown feed order {name!r}; expected one of {', '.join(ORDERS)}")
-        return WatermarkOrder(self.watermark_seconds, getattr(self, "stamp_public_ts", False))
+        return order_kind(name).for_store(self)
 
     def watermark_expr(self, field: str = PUBLIC_MODIFIED) -> dict[str, Any]:
         """``field <= $$NOW - W``, by the database's own clock."""

@@ -12,7 +12,7 @@ from pymongo import ASCENDING
 from pymongo.collection import Collection
 from pymongo.errors import OperationFailure
 
-from .orders import PUBLIC_MODIFIED
+from .readers import PUBLIC_MODIFIED
 
 log = logging.getLogger("openprocurement_feed.database")  # the store's logger
 

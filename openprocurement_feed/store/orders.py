@@ -16,380 +16,104 @@ in the offset form, and that difference lives here:
   for the fields the entries do not carry yet (a field added to a feed,
   until the sequencer has re-materialized the entries).
 
-The store (:class:`~.database.FeedStoreMixin`) opens a :class:`PageReader` of
-the feed's order for each page and runs one code path for both: the offset
-range, the tie handling and the keyset continuation.
+The store (:class:`~.database.FeedStoreMixin`) opens a
+:class:`~.readers.PageReader` of the feed's order for each page
+(:mod:`.readers`) and runs one code path for both: the offset range, the tie
+handling and the keyset continuation. The positions collection and its
+checkpoint are :mod:`.positions`'. The names of those modules are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
-from bson.min_key import MinKey
 from bson.timestamp import Timestamp
-from pymongo import ASCENDING, DESCENDING
-from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
-from pymongo.read_concern import ReadConcern
 
-from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
+from .indexes import create_indexes, stamp_index_specs
+from .listing import ENTRY_FIELDS
 from .offset import Offset, compose_offset, compose_position
-from .windows import WindowHints, read_windowed
+from .positions import COMMITTED_SEQ as COMMITTED_SEQ
+from .positions import COMMITTED_TS as COMMITTED_TS
+from .positions import HISTORY_LOST as HISTORY_LOST
+from .positions import POSITIONS_SUFFIX as POSITIONS_SUFFIX
+from .positions import STATE_ID as STATE_ID
+from .positions import FeedNotReady as FeedNotReady
+from .positions import position_seq as position_seq
+from .positions import positions_name as positions_name
+from .positions import read_checkpoint as read_checkpoint
+from .positions import row_position as row_position
+from .positions import seq_position as seq_position
+from .readers import PUBLIC_MODIFIED as PUBLIC_MODIFIED
+from .readers import PUBLIC_TS as PUBLIC_TS
+from .readers import CommitReader as CommitReader
+from .readers import PageReader as PageReader
+from .readers import WatermarkReader as WatermarkReader
+from .readers import boundary_ids as boundary_ids
+from .readers import exclusive_upper as exclusive_upper
+from .readers import now_seconds as now_seconds
 
 WATERMARK = "watermark"
 COMMIT = "commit"
 #: The feed orders a deployment can choose (``feed.order``).
 ORDERS = (WATERMARK, COMMIT)
-
-PUBLIC_MODIFIED = "public_modified"
-PUBLIC_TS = "public_ts"
-COMMITTED_TS = "committed_ts"
-#: An entry's position as 16 hex digits, ``time`` then ``inc`` (:func:`position_seq`).
-COMMITTED_SEQ = "committed_seq"
-#: The positions collection of feed collection ``name`` is ``name + suffix``.
-POSITIONS_SUFFIX = "_feed_positions"
-#: The ``_id`` of the sequencer's state document (resume token, checkpoint,
-#: start) inside each positions collection: ``MinKey``, which no application
-#: uses as an id and every server finds through the ``_id`` index; the
-#: document has no ``is_public``, so no feed query ever returns it.
-STATE_ID = MinKey()
-#: The state's field set (to the database's time) when the follower's
-#: change stream skipped history, until its recovery has re-stamped what it
-#: may have missed: the health view is not ``ok`` meanwhile.
-HISTORY_LOST = "history_lost"
 #: Seconds an offset of the other order is read earlier (on top of ``W``):
 #: a few duplicates, never a loss.
 CROSS_ORDER_MARGIN = 1.0
 
 
-def position_seq(position: Timestamp) -> str:
-    """``position`` as 16 lowercase hex digits (``time``, then ``inc``, 8
-    each): a string that sorts as positions do.
-
-    A string, not a 64-bit integer: the driver decodes a BSON string to a
-    ``str`` in C, and a 64-bit integer to ``bson.Int64``, a Python subclass
-    of ``int`` made by a call per row; a 1000-row commit page decoded in
-    0.72 ms with integers, 0.55 ms with these strings and 0.51 ms for the
-    same rows of a watermark page, which carry a double (best of 10 runs,
-    the embedded server's rows).
-    """
-    return f"{position.time:08x}{position.inc:08x}"
-
-
-def seq_position(seq: str | int) -> Timestamp:
-    """The position of :func:`position_seq`'s ``seq`` (an integer
-    ``time << 32 | inc`` is read too)."""
-    number = int(seq, 16) if isinstance(seq, str) else int(seq)
-    return Timestamp(number >> 32, number & 0xFFFFFFFF)
-
-
-def row_position(row: Mapping[str, Any]) -> Any:
-    """A commit page row's position: its ``committed_seq`` as a
-    ``Timestamp``, or its ``committed_ts`` where it has no ``committed_seq``."""
-    seq = row.get(COMMITTED_SEQ)
-    return seq_position(seq) if seq is not None else row.get(COMMITTED_TS)
-
-
-def boundary_ids(rows: Iterable[dict[str, Any]], value_of: Callable[[dict[str, Any]], Any], value: Any) -> list[str]:
-    """The ids of the leading run of ``rows`` whose value (``value_of(row)``)
-    equals ``value``.
-
-    A page is sorted by ``(key, _id)``, so the rows that share its first (or,
-    read backwards, its last) value form one run at that end: reading the
-    run alone costs the size of the tie group, not of the page.
-    """
-    ids = []
-    for row in rows:
-        if value_of(row) != value:
-            break
-        ids.append(row["_id"])
-    return ids
-
-
-def exclusive_upper(query: dict[str, Any], key: str) -> None:
-    """Turn ``query``'s inclusive upper bound on ``key`` (``$lte: v``) into
-    the same exclusive one (``$lt`` the next value after ``v``), in place.
-
-    The two select the same rows on any server. The embedded server walks
-    the feed index for a range on ``key`` (the field after the equalities)
-    only with an exclusive upper bound: its inclusive bound is compared with
-    whole index keys, so the rows whose ``key`` equals the bound (their key
-    goes on with ``_id``) fell outside it and a descending page or a
-    checkpoint lost its tie group. With a ``$lt`` beside it, the tighter of
-    the two is kept (a server that walks an index by one of them must not
-    pick the inclusive one). A value with no known successor keeps its
-    ``$lte``.
-    """
-    bounds = query.get(key)
-    if not isinstance(bounds, dict) or "$lte" not in bounds:
-        return
-    value = bounds["$lte"]
-    after: Any
-    if isinstance(value, Timestamp):
-        if value.inc < 2**32 - 1:
-            after = Timestamp(value.time, value.inc + 1)
-        elif value.time < 2**32 - 1:
-            after = Timestamp(value.time + 1, 0)
-        else:
-            return
-    elif isinstance(value, float) and math.isfinite(value):
-        after = math.nextafter(value, math.inf)
-    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
-        # the next double, not value + 1: the field may hold doubles between
-        after = math.nextafter(float(value), math.inf)
-    else:
-        return
-    bounds = dict(bounds)
-    del bounds["$lte"]
-    other = bounds.get("$lt")
-    try:
-        bounds["$lt"] = after if other is None or after < other else other
-    except TypeError:  # bounds of two types: keep both as they were
-        return
-    query[key] = bounds
-
-
-def positions_name(collection_name: str) -> str:
-    """The positions collection beside feed collection ``collection_name``."""
-    return collection_name + POSITIONS_SUFFIX
-
-
-class FeedNotReady(Exception):
-    """A commit-ordered feed has no checkpoint yet: no sequencer has run on it."""
-
-    def __init__(self, collection: str) -> None:
-        super().__init__(
-            f"The commit-ordered feed of collection {collection!r} has no checkpoint yet: "
-            "its sequencer has not run. Start 'openprocurement-feed sequence CONFIG.ini' "
-            "or set feed.sequencer = thread."
-        )
-        self.collection = collection
-
-
-class PageReader:
-    """The database side of one page in one order.
-
-    ``key`` is the row field the page is sorted on; :meth:`find` runs a
-    query on the ordered collection and returns the page's rows (``_id``,
-    ``key`` and the fields); :meth:`finish` completes them where it must.
-    """
-
-    key: str = PUBLIC_MODIFIED
-
-    #: what the store learnt of its collections' keys: with them, a sorted
-    #: read is made in bounded windows of the key (:mod:`.windows`)
-    hints: WindowHints | None = None
-
-    def __init__(self, max_time_ms: int = 0, session: ClientSession | None = None) -> None:
-        self.max_time_ms = max_time_ms
-        self.session = session
-
-    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
-        """Add the order's upper bound to ``query`` (in place)."""
-
-    def row_value(self, row: Mapping[str, Any]) -> Any:
-        """The value of ``key`` a row of :meth:`find` sorts by."""
-        return row.get(self.key)
-
-    def _cursor(
-        self,
-        collection: Collection[Any],
-        query: Mapping[str, Any],
-        projection: Mapping[str, Any],
-        sort: Sequence[tuple[str, int]] | None,
-        limit: int,
-    ) -> list[dict[str, Any]]:
-        hints = self.hints
-        if hints is None or not sort or limit <= 0 or sort[0][0] != self.key:
-            return self._read(collection, query, projection, sort, limit)
-        name = (collection.full_name, self.key)
-
-        def run(windowed: Mapping[str, Any], wanted: int) -> list[dict[str, Any]]:
-            return self._read(collection, windowed, projection, sort, wanted)
-
-        def lowest() -> Any:
-            # the page's own filters without its key's range (a hint for
-            # every page of the collection: found once by one read)
-            if name not in hints.lowest_keys:
-                unbounded = {field: value for field, value in query.items() if field != self.key}
-                first = self._read(collection, unbounded, {self.key: 1}, [(self.key, ASCENDING)], 1)
-                hints.lowest_keys[name] = first[0].get(self.key) if first else None
-            return hints.lowest_keys[name]
-
-        descending = sort[0][1] == DESCENDING
-        direction = (*name, str(descending))
-        rows, density = read_windowed(run, query, self.key, descending, limit, lowest, hints.densities.get(direction))
-        if density:
-            hints.densities[direction] = density
-        return rows
-
-    def _read(
-        self,
-        collection: Collection[Any],
-        query: Mapping[str, Any],
-        projection: Mapping[str, Any],
-        sort: Sequence[tuple[str, int]] | None,
-        limit: int,
-    ) -> list[dict[str, Any]]:
-        # A batch as large as the page: one reply, where the first batch
-        # would otherwise hold 101 rows and a 1000-item page take a getMore.
-        cursor = collection.find(query, projection, sort=sort, limit=limit, batch_size=limit or 0, session=self.session)
-        if self.max_time_ms:
-            cursor = cursor.max_time_ms(self.max_time_ms)
-        # to_list (pymongo >= 4.9) takes each batch whole; iterating pays a
-        # Python call per row (a measurable share of a 1000-item page).
-        to_list = getattr(cursor, "to_list", None)
-        return to_list() if to_list is not None else list(cursor)
-
-    def find(
-        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
-    ) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
-        """The page's rows with every one of ``fields`` they have."""
-        return rows
-
-
-class WatermarkReader(PageReader):
-    """Pages the documents themselves by ``public_modified`` (or ``public_ts``)."""
-
-    def __init__(self, collection: Collection[Any], watermark_seconds: float, key: str, max_time_ms: int = 0) -> None:
-        super().__init__(max_time_ms)
-        self.collection = collection
-        self.watermark_seconds = watermark_seconds
-        self.key = key
-
-    def watermark_expr(self) -> dict[str, Any]:
-        """``key <= $$NOW - W``, by the database's own clock."""
-        return {"$lte": [f"${self.key}", {"$subtract": [now_seconds(), self.watermark_seconds]}]}
-
-    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
-        # Every ascending query, and a descending one without offset (its
-        # first page seeds a crawler's forward sync); not history.
-        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (not descending or not has_offset):
-            query["$expr"] = self.watermark_expr()
-
-    def find(
-        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
-    ) -> list[dict[str, Any]]:
-        projection = {name: 1 for name in fields}
-        projection[PUBLIC_MODIFIED] = 1
-        projection[self.key] = 1
-        return self._cursor(self.collection, query, projection, sort, limit)
-
-
-class CommitReader(PageReader):
-    """Pages the positions collection by ``committed_ts`` up to the
-    checkpoint and renders the rows from the entries' listing; one causally
-    consistent session.
-
-    The state document says which fields every entry carries
-    (:data:`~.listing.STATE_LISTING`, read with the checkpoint); fields a
-    page needs beyond them are read from the documents (:meth:`finish`).
-    """
-
-    key = COMMITTED_TS
-    #: ids per read of documents when fields must be filled from them (the
-    #: embedded server's ``$in`` grows faster than its list)
-    fill_chunk = 100
-
-    def __init__(self, collection: Collection[Any], session: ClientSession, max_time_ms: int = 0) -> None:
-        super().__init__(max_time_ms, session)
-        majority = ReadConcern("majority")
-        db = collection.database
-        self.collection = collection
-        # the feed collection's codec options too: a page decodes dates the
-        # same way in both orders (the renderer writes naive ones in
-        # feed.timezone)
-        self.positions = db.get_collection(
-            positions_name(collection.name),
-            codec_options=collection.codec_options,
-            read_preference=collection.read_preference,
-            read_concern=majority,
-        )
-        state = self.positions.find_one(
-            {"_id": STATE_ID}, {"checkpoint": 1, STATE_LISTING: 1, STATE_SEQ: 1}, session=session
-        )
-        if not state or not isinstance(state.get("checkpoint"), Timestamp):
-            raise FeedNotReady(collection.name)
-        self.checkpoint: Timestamp = state["checkpoint"]
-        #: the fields every entry carries (none: positions of an earlier release)
-        self.listing: tuple[str, ...] = tuple(state.get(STATE_LISTING) or ())
-        #: every entry carries ``committed_seq``: rows project it instead of
-        #: the ``Timestamp`` (entries of an earlier release do not, until the
-        #: sequencer has added it)
-        self.seq = state.get(STATE_SEQ) is True
-
-    def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
-        existing = query.get(COMMITTED_TS)
-        bounded = dict(existing) if isinstance(existing, dict) else {}
-        if existing is not None and not isinstance(existing, dict):
-            bounded["$eq"] = existing
-        upper = bounded.get("$lte")
-        bounded["$lte"] = self.checkpoint if upper is None else min(upper, self.checkpoint)
-        query[COMMITTED_TS] = bounded
-
-    def row_value(self, row: Mapping[str, Any]) -> Any:
-        return row_position(row)
-
-    def find(
-        self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int
-    ) -> list[dict[str, Any]]:
-        """The entries, projected on their position (``committed_seq``, or
-        ``committed_ts`` where entries may lack it) and ``fields``: each is
-        a page row as it is (:func:`row_position` reads its position)."""
-        projection = {COMMITTED_SEQ if self.seq else COMMITTED_TS: 1}
-        projection.update({name: 1 for name in fields if name not in ROW_FIELDS})
-        rows = self._cursor(self.positions, query, projection, sort, limit)
-        if self.seq:
-            self._fill_positions(rows)
-        return rows
-
-    def _fill_positions(self, rows: list[dict[str, Any]]) -> None:
-        """Give ``committed_ts`` to the rows without ``committed_seq``: entries
-        an earlier release's sequencer wrote after the flag was set (one
-        still running beside this release's)."""
-        lacking = [row for row in rows if COMMITTED_SEQ not in row]
-        for start in range(0, len(lacking), self.fill_chunk):
-            chunk = {row["_id"]: row for row in lacking[start : start + self.fill_chunk]}
-            query = {"_id": {"$in": list(chunk)}}
-            for entry in self._cursor(self.positions, query, {COMMITTED_TS: 1}, None, 0):
-                chunk[entry["_id"]][COMMITTED_TS] = entry.get(COMMITTED_TS)
-
-    def finish(self, rows: list[dict[str, Any]], fields: Iterable[str]) -> list[dict[str, Any]]:
-        """Fill the ``fields`` the entries do not carry from the documents
-        (their current values: newer is allowed, SPEC D.5; a document gone
-        since keeps what its entry has)."""
-        lacking = missing(self.listing, fields)
-        if not rows or not lacking:
-            return rows
-        documents = self.collection.with_options(read_concern=ReadConcern("majority"))
-        projection = {name: 1 for name in normalize(lacking)}
-        by_id = {row["_id"]: row for row in rows}
-        ids = list(by_id)
-        for start in range(0, len(ids), self.fill_chunk):
-            query = {"_id": {"$in": ids[start : start + self.fill_chunk]}}
-            for doc in self._cursor(documents, query, projection, None, 0):
-                row = by_id.get(doc.pop("_id"))
-                if row is not None:
-                    merge(row, doc)
-        return rows
-
-
-def now_seconds() -> dict[str, Any]:
-    """``$$NOW`` in seconds with millisecond resolution, evaluated by the server."""
-    return {"$divide": [{"$toLong": "$$NOW"}, 1000]}
-
-
 class FeedOrder:
-    """One feed order: its name, how it reads a page and writes its offsets."""
+    """One feed order: its name, how it reads a page and writes its offsets.
+
+    What differs between the orders is asked of the order, by the rest of
+    the package, through the class's attributes and methods (no caller
+    compares an order's name): whether a sequencer keeps its pages
+    (:attr:`sequenced`), the fields a feed of it cannot list, the collection
+    its pages read and the indexes they need, the key a long-poll waiter
+    compares with the feed's bound. :func:`order_kind` finds the class of a
+    name; :meth:`for_store` makes the order a store reads pages in.
+    """
 
     name: str = ""
     key: str = PUBLIC_MODIFIED
+    #: its pages read a sequencer's positions, bounded by its checkpoint:
+    #: the sequencer follows its collections (else it only observes them,
+    #: to measure the lag the watermark bets on)
+    sequenced: ClassVar[bool] = False
+    #: the fields a feed of this order cannot list (its rows' own)
+    reserved_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def for_store(cls, store: Any) -> FeedOrder:
+        """The order a store pages in: with its ``watermark_seconds`` (and
+        ``stamp_public_ts``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def page_collection(cls, collection: Collection[Any]) -> Collection[Any]:
+        """The collection the pages of feed collection ``collection`` read
+        (beside it, in its database)."""
+        return collection
+
+    @classmethod
+    def ensure_indexes(cls, store: Any, collection_name: str, scope_fields: Iterable[str]) -> None:
+        """Create the indexes the pages of a feed on ``collection_name``
+        read through, on ``store`` (a :class:`~.backend.FeedBackend`)."""
+        store.ensure_feed_indexes(store.collection(collection_name), list(scope_fields))
+
+    @classmethod
+    def waiter_key(cls, offset: Offset | None) -> Any:
+        """The value a long-poll waiter at ``offset`` compares with its
+        feed's bound (None: none comparable; such a waiter wakes at every
+        move)."""
+        if offset is None or offset.field != PUBLIC_MODIFIED or offset.is_position:
+            return None
+        return float(offset.value)  # type: ignore[arg-type]
 
     def compose(self, value: Any, ids: Iterable[str]) -> str:
         """The offset of a page boundary at ``value`` shared by ``ids``."""
@@ -425,6 +149,10 @@ class WatermarkOrder(FeedOrder):
         self.watermark_seconds = watermark_seconds
         self.stamp_public_ts = stamp_public_ts
 
+    @classmethod
+    def for_store(cls, store: Any) -> FeedOrder:
+        return cls(store.watermark_seconds, getattr(store, "stamp_public_ts", False))
+
     def compose(self, value: Any, ids: Iterable[str]) -> str:
         return compose_offset(value, ids)
 
@@ -446,10 +174,37 @@ class CommitOrder(FeedOrder):
 
     name = COMMIT
     key = COMMITTED_TS
+    sequenced = True
+    reserved_fields = ENTRY_FIELDS
 
     def __init__(self, watermark_seconds: float = 0.0) -> None:
         #: offsets written in watermark order are read this much earlier
         self.margin = CROSS_ORDER_MARGIN + watermark_seconds
+
+    @classmethod
+    def for_store(cls, store: Any) -> FeedOrder:
+        return cls(store.watermark_seconds)
+
+    @classmethod
+    def page_collection(cls, collection: Collection[Any]) -> Collection[Any]:
+        return collection.database.get_collection(positions_name(collection.name))
+
+    @classmethod
+    def ensure_indexes(cls, store: Any, collection_name: str, scope_fields: Iterable[str]) -> None:
+        # pages read the positions: the documents need only the index of
+        # the sequencer's backfill (each one costs every write)
+        create_indexes(store.collection(collection_name), stamp_index_specs())
+        store.ensure_feed_indexes(
+            # beside the documents, in the store's database (not the host's
+            # collection accessor: the package owns that collection)
+            store.db.get_collection(positions_name(collection_name)),
+            list(scope_fields),
+            COMMITTED_TS,
+        )
+
+    @classmethod
+    def waiter_key(cls, offset: Offset | None) -> Any:
+        return offset.value if offset is not None and offset.is_position else None
 
     def compose(self, value: Any, ids: Iterable[str]) -> str:
         return compose_position(value, ids)
@@ -472,3 +227,16 @@ class CommitOrder(FeedOrder):
     def reader(self, collection: Collection[Any], max_time_ms: int = 0, key: str | None = None) -> Iterator[PageReader]:
         with collection.database.client.start_session(causal_consistency=True) as session:
             yield CommitReader(collection, session, max_time_ms)
+
+
+#: The class of each order, by name.
+ORDER_KINDS: Mapping[str, type[FeedOrder]] = MappingProxyType({WATERMARK: WatermarkOrder, COMMIT: CommitOrder})
+
+
+def order_kind(name: str | None) -> type[FeedOrder]:
+    """The class of the order called ``name`` (None: watermark); a
+    :class:`ValueError` naming the orders for an unknown one."""
+    kind = ORDER_KINDS.get(name or WATERMARK)
+    if kind is None:
+        raise ValueError(f"unknown feed order {name!r}; expected one of {', '.join(ORDERS)}")
+    return kind
