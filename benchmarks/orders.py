@@ -37,7 +37,9 @@ from pymongo import MongoClient
 
 from openprocurement_feed.demo import main
 from openprocurement_feed.embedded.server import EmbeddedServer
-from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
+from openprocurement_feed.race.config import RaceConfig
+from openprocurement_feed.race.experiment import run_once
+from openprocurement_feed.race.results import RunResult
 
 from .common import seed_tenders, status, table
 from .feed_cost import cpu_per_call
@@ -289,7 +291,7 @@ def run(seconds: float = 20.0, rounds: int = 2, hot_rounds: int = 2, docs: int =
 def orders_delay_report(runs: dict[str, list[RunResult]]) -> str:
     """The delay chart's figures: per order and crawler, the versions and
     their delay's median and p99 (every round pooled)."""
-    from openprocurement_feed.race.experiment import delay_summary
+    from openprocurement_feed.race.results import delay_summary
 
     rows = []
     for order in ORDERS:

@@ -334,7 +334,8 @@ def in_sync_report(rows: Sequence[CheckRow]) -> str:
 
 def keeper_cost(seconds: float = 20.0, rounds: int = 3) -> dict[tuple[str, bool], list[float]]:
     """Database CPU per patch under the seed's load, per order, aggregates on and off (ABBA)."""
-    from openprocurement_feed.race.experiment import RaceConfig, run_once
+    from openprocurement_feed.race.config import RaceConfig
+    from openprocurement_feed.race.experiment import run_once
 
     from .orders import LOAD, WATERMARK
 

@@ -5,7 +5,7 @@ figures (the runs themselves are ``python -m benchmarks orders``)."""
 from __future__ import annotations
 
 from benchmarks.orders import orders_report
-from openprocurement_feed.race.experiment import RunResult
+from openprocurement_feed.race.results import RunResult
 from tests.test_detector import run_result
 
 

@@ -13,9 +13,9 @@ import pytest
 from openprocurement_feed.cli import main as cli_main
 from openprocurement_feed.race.crawler import Crawler
 from openprocurement_feed.race.detector import CheckResult, Detector, late_arrivals, late_in_feed_order
-from openprocurement_feed.race.experiment import RunResult
 from openprocurement_feed.race.feed import CHECK_RETRY, FeedClient, FeedError, FeedItem, parse_item
 from openprocurement_feed.race.report import check_summary, format_anomaly, race_json, race_table
+from openprocurement_feed.race.results import RunResult
 from tests import test_client
 
 #: A real HTTP server on loopback answering what a test sets (shared with the client tests).

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.orders import orders_delay_report
 from openprocurement_feed.plots.__main__ import main as plots_main
-from openprocurement_feed.race.experiment import RunResult, delay_samples, delay_summary
+from openprocurement_feed.race.results import RunResult, delay_samples, delay_summary
 from tests.test_detector import run_result
 
 pytest.importorskip("matplotlib")

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from openprocurement_feed.cli import main as cli_main
-from openprocurement_feed.race.experiment import RaceConfig, RunResult, run_once
+from openprocurement_feed.race.config import RaceConfig
+from openprocurement_feed.race.experiment import run_once
+from openprocurement_feed.race.results import RunResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

@@ -31,167 +31,29 @@ change.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..demo.auth import PACKAGED_AUTH_FILE
 from ..demo.load import Access
 from ..store.state import feed_state
+
+# RaceConfig, RunResult, delay_samples and delay_summary (``as``: exported) are
+# imported from here too.
+from .config import RaceConfig as RaceConfig
 from .crawler import Crawler
 from .detector import Detector, DetectorStats, DetectorThread
 from .feed import FeedClient
 from .load import LoggingWriter, create_many
-from .trace import RaceTrace, build_trace
+from .results import RunResult as RunResult
+from .results import delay_samples as delay_samples
+from .results import delay_summary as delay_summary
+from .results import longest_invisible, lost
+from .trace import build_trace
 from .worker import SequencerWorker
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class RaceConfig:
-    """The load and the instruments of the experiment.
-
-    :param rate: total patches per second aimed at by all writers together;
-        0 means as fast as the API answers.
-    :param write_delay: ``demo.write_delay_ms``: ``"5-40"`` keeps each write
-        open 5 to 40 ms after its stamp.
-    :param settle: seconds the crawler keeps polling after the writers stop,
-        on top of the watermark.
-    :param mongodb_uri: a MongoDB to use instead of a fresh embedded
-        database (each run then uses a database of its own, dropped after).
-    :param auth_file: the demo's ``demo.auth_file`` (default: the packaged
-        demo brokers): the writers create and patch with a broker's key and
-        each tender's token, as upstream's clients do; None for open writes.
-    """
-
-    duration: float = 20.0
-    writers: int = 8
-    rate: float = 72.0
-    small: int = 70
-    large: int = 70
-    write_delay: str = "5-40"
-    watermarks: tuple[float, ...] = (0.0, 1.0)
-    commit: bool = True
-    hot: bool = False
-    #: where the commit run's sequencer runs: its own ``process`` (as in
-    #: production) or a ``thread`` of the API process
-    sequencer: str = "process"
-    check_wait: float = 0.2
-    page_limit: int = 100
-    poll_interval: float = 0.05
-    #: seconds the long-poll crawler asks the server to hold a request at
-    #: the head (``feed=longpoll&timeout=...``); 0 runs no long-poll crawler
-    longpoll: float = 10.0
-    settle: float = 2.0
-    threads: int = 16
-    progress_every: float = 5.0
-    mongodb_uri: str | None = None
-    seed: int | None = None
-    #: run the detector beside the crawler (the cost benchmark leaves it
-    #: out: one crawler, as a deployment's own load would have it)
-    detector: bool = True
-    #: the process id of the database at ``mongodb_uri`` when it runs on
-    #: this machine, to count its CPU per patch (the embedded server of a
-    #: run without ``mongodb_uri`` is counted anyway)
-    database_pid: int | None = None
-    auth_file: str | None = PACKAGED_AUTH_FILE
-    #: further settings of the API's app (they win over the run's own), as
-    #: ``(key, value)`` pairs: ``(("feed.sequencer", "observe"),)``
-    settings: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def runs(self) -> list[tuple[str, float]]:
-        """``(order, watermark)`` of each run, in order."""
-        runs = [("watermark", watermark) for watermark in self.watermarks]
-        if self.commit:
-            runs.append(("commit", 0.0))
-        return runs
-
-    @classmethod
-    def hot_scenario(cls, **overrides: Any) -> RaceConfig:
-        """The hot-documents load: 30 small tenders, 160 patches/s aimed at,
-        writes committed at once (held open, eight writers on 30 tenders
-        would mostly measure their own write conflicts)."""
-        values: dict[str, Any] = dict(small=30, large=0, rate=160.0, writers=8, hot=True, write_delay="0")
-        values.update(overrides)
-        return cls(**values)
-
-
-@dataclass
-class RunResult:
-    """The figures of one run (see :func:`run_once`); ``to_dict`` is the JSON form."""
-
-    watermark: float
-    duration: float
-    tenders: int
-    writers: int
-    write_delay_ms: str
-    patches: int
-    write_errors: int
-    patches_per_second: float
-    checks: int
-    failures: int
-    failure_percent: float
-    lags_ms: list[float]
-    check_errors: int
-    crawler_items: int
-    lost: int
-    lost_ids: list[str]
-    duplicates: int
-    crawler_errors: int
-    feed_delay_ms: dict[str, float | None] = field(default_factory=dict)
-    order: str = "watermark"
-    write_conflicts: int = 0
-    hot: bool = False
-    longest_invisible_s: float | None = None
-    sequencer: dict[str, Any] | None = None
-    #: CPU seconds the database process used while the writers ran (None
-    #: when it is not a process of this machine)
-    database_cpu_s: float | None = None
-    #: the long-poll crawler's figures, as the polling crawler's above
-    #: (``longpoll_lost`` is None when the run had no long-poll crawler)
-    longpoll_items: int = 0
-    longpoll_lost: int | None = None
-    longpoll_lost_ids: list[str] = field(default_factory=list)
-    longpoll_duplicates: int = 0
-    longpoll_errors: int = 0
-    longpoll_delay_ms: dict[str, float | None] = field(default_factory=dict)
-    #: the run's events for its picture (``race --plot``); not in ``to_dict``
-    trace: RaceTrace | None = field(default=None, repr=False, compare=False)
-    #: every delivered version's feed delay (ms, sorted) per crawler
-    #: (``polling``, ``longpoll``), for the orders charts; not in ``to_dict``
-    delays: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def database_cpu_ms_per_patch(self) -> float | None:
-        """The database's CPU per acknowledged patch (ms), crawler and
-        sequencer included."""
-        if self.database_cpu_s is None or not self.patches:
-            return None
-        return round(self.database_cpu_s * 1000.0 / self.patches, 2)
-
-    @property
-    def lag_summary(self) -> dict[str, float | None]:
-        """``min``, ``max`` and ``mean`` of the late-arrival lags (ms)."""
-        if not self.lags_ms:
-            return {"min": None, "max": None, "mean": None}
-        return {
-            "min": min(self.lags_ms),
-            "max": max(self.lags_ms),
-            "mean": round(statistics.fmean(self.lags_ms), 1),
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("trace", None)
-        data.pop("delays", None)
-        data["lag_summary_ms"] = self.lag_summary
-        data["database_cpu_ms_per_patch"] = self.database_cpu_ms_per_patch
-        return data
 
 
 def _split_ids(small: list[str], large: list[str], writers: int) -> list[list[str]]:
@@ -200,53 +62,6 @@ def _split_ids(small: list[str], large: list[str], writers: int) -> list[list[st
     if writers == 1 or not small or not large:
         return [small + large] * writers
     return [small if number % 2 == 0 else large for number in range(writers)]
-
-
-def delay_samples(writers: list[LoggingWriter], crawler: Crawler) -> list[float]:
-    """How long after its acknowledgement each version the crawler saw was
-    delivered to it (ms, sorted; versions overwritten before they became
-    visible have no delay)."""
-    delays = []
-    for writer in writers:
-        for tender_id, date_modified, acked in writer.acks:
-            seen = crawler.log.seen.get(tender_id, {}).get(date_modified)
-            if seen is not None:
-                delays.append(max(0.0, seen - acked) * 1000.0)
-    return sorted(delays)
-
-
-def delay_summary(delays: list[float]) -> dict[str, float | None]:
-    """Median, p99 and max (ms) of sorted ``delays``, and their count."""
-    if not delays:
-        return {"median": None, "p99": None, "max": None, "count": 0}
-    return {
-        "median": round(statistics.median(delays), 1),
-        "p99": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 1),
-        "max": round(delays[-1], 1),
-        "count": len(delays),
-    }
-
-
-def lost(finals: dict[str, str], crawler: Crawler) -> list[str]:
-    """The ids of the tenders whose final version (``finals[id]``, its
-    ``dateModified``) ``crawler`` never saw, sorted."""
-    return sorted(tender_id for tender_id, final in finals.items() if not crawler.log.saw(tender_id, final))
-
-
-def longest_invisible(writers: list[LoggingWriter], crawler: Crawler, until: float) -> float | None:
-    """The longest time (s) a tender's acknowledged change stayed invisible:
-    from a patch's acknowledgement until the crawler was given that version
-    or a newer one of the same tender (``until`` for a change it never saw
-    by the end of the run)."""
-    longest = None
-    for writer in writers:
-        for tender_id, date_modified, acked in writer.acks:
-            seen = crawler.log.seen.get(tender_id, {})
-            covered = [moment for version, moment in seen.items() if version >= date_modified]
-            shown = min(covered) if covered else until
-            gap = max(0.0, shown - acked)
-            longest = gap if longest is None else max(longest, gap)
-    return None if longest is None else round(longest, 2)
 
 
 def _settings(config: RaceConfig, order: str, watermark: float) -> dict[str, str]:
