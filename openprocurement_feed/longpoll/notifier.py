@@ -12,7 +12,7 @@ waits:
   awaited ``getMore``). The sequencer moves the checkpoint only when events
   arrive, so a moved checkpoint means a write committed. The stream sees a
   move once it commits, and while nothing moves it costs the database one
-  awaited read per :data:`STREAM_AWAIT_MS`, whatever the number of waiters.
+  awaited read per :data:`~.watchers.STREAM_AWAIT_MS`, whatever the number of waiters.
   Where a stream cannot be opened the thread falls back to one ``find_one``
   by ``_id`` every :data:`DEFAULT_INTERVAL`;
 * watermark order: the newest ``public_modified`` of the collection and the
@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 from bson.timestamp import Timestamp
 from pymongo.errors import PyMongoError
-from pymongo.read_concern import ReadConcern
 
 from ..settings import DEFAULT_MAX_WAITERS
 from ..store.offset import Offset
-from ..store.orders import COMMIT, PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name
-from .waiters import FeedCounters, Rows, Waiter, Watch, passes, waiter_key
+from ..store.orders import order_kind
+from .waiters import FeedCounters, Rows, Waiter, Watch, passes
 from .waiters import Key as Key
+from .watchers import STREAM_AWAIT_MS as STREAM_AWAIT_MS
+from .watchers import CheckpointWatcher, StampWatcher, Watcher
 
 if TYPE_CHECKING:
     from ..store.state import FeedState
@@ -60,10 +61,6 @@ log = logging.getLogger("openprocurement_feed.longpoll")  # its name from before
 #: waits, where its change stream cannot be opened (the commit order's own
 #: delay is a few tens of milliseconds).
 DEFAULT_INTERVAL = 0.05
-#: The longest a commit feed's change stream waits for an event in one
-#: ``getMore``: how soon its thread notices that nobody waits any more, or
-#: that the notifier stops.
-STREAM_AWAIT_MS = 250
 #: Seconds between two reads of a watermark feed's newest stamp, at most: a
 #: stamp read before stamp + ``W`` is woken at stamp + ``W``, so while this
 #: is at most ``W`` the delay is ``W`` whatever it is
@@ -73,17 +70,11 @@ STREAM_AWAIT_MS = 250
 WATERMARK_INTERVAL = 0.5
 #: ... and at least (a ``W`` below twice this is woken up to this late).
 MIN_WATERMARK_INTERVAL = 0.25
-#: Seconds after stamp + ``W`` a watermark waiter is woken: the page's own
-#: ``$$NOW - W`` (millisecond resolution) must already include the stamp.
-WAKE_MARGIN = 0.003
 #: Seconds a woken watermark waiter waits before it reads again when its
 #: page still showed nothing, doubled each time: the notifier estimates the
 #: database's clock to within a round trip, which a loaded machine stretches
-#: past :data:`WAKE_MARGIN`, and no later stamp would wake it again.
+#: past :data:`~.watchers.WAKE_MARGIN`, and no later stamp would wake it again.
 WATERMARK_RECHECKS = (0.05, 0.1, 0.2, 0.4, 0.8)
-#: Watermark stamps waiting to become visible, at most, per collection (an
-#: older one dropped is covered by a newer one, woken a little later).
-MAX_PENDING = 64
 #: The outcomes of a long-poll request, as counted in the stats.
 WOKEN, TIMEOUT, OVER_CAP, SHUTDOWN = "woken", "timeout", "over_cap", "shutdown"
 #: ... and of one whose client went away while it waited.
@@ -137,7 +128,9 @@ class LongPollNotifier:
         self._counters: dict[str, FeedCounters] = {}
         self._waiting = 0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        #: what follows the bounds of each order's watches (:mod:`.watchers`)
+        self.checkpoints = CheckpointWatcher(self)
+        self.stamps = StampWatcher(self)
         #: reads of the bounds made so far (tests and benchmarks look)
         self.polls = 0
 
@@ -193,7 +186,8 @@ class LongPollNotifier:
         away, and its thread is released at once.
         """
         deadline = time.monotonic() + timeout
-        waiter = Waiter(waiter_key(order, offset))
+        kind = order_kind(order)
+        waiter = Waiter(kind.waiter_key(offset))
         with self._cond:
             counters = self._counters.setdefault(feed, FeedCounters())
             if self._stopping:
@@ -206,13 +200,14 @@ class LongPollNotifier:
                 return [], OVER_CAP
             watch = self._watches.get((order, collection))
             if watch is None:
-                watch = self._watches[(order, collection)] = Watch(order, collection)
+                watcher: Watcher = self.checkpoints if kind.sequenced else self.stamps
+                watch = self._watches[(order, collection)] = Watch(order, collection, watcher=watcher)
             watch.waiters.add(waiter)
             self._waiting += 1
             counters.waiting += 1
             if watch.changed_at >= read_started and passes(watch.head, waiter.key):
                 waiter.event.set()  # the bound moved while the page was read
-            self._ensure_thread(watch)
+            watch.watcher.start(watch)
             self._cond.notify_all()
         self._gauge(feed, 1)
         rows: Rows = []
@@ -238,7 +233,7 @@ class LongPollNotifier:
                     counters.wakeups += 1
                 self._count(feed, "wakeup")
                 rows = read()
-                if not rows and order != COMMIT:
+                if not rows and watch.watcher.recheck:
                     rows = self._read_again(waiter, read, deadline)
                 if rows:
                     outcome = WOKEN
@@ -259,8 +254,8 @@ class LongPollNotifier:
         return rows, outcome
 
     def _read_again(self, waiter: Waiter, read: Callable[[], Rows], deadline: float) -> Rows:
-        """A watermark waiter woken by a stamp whose page still shows
-        nothing: read again after each of :data:`WATERMARK_RECHECKS` (a
+        """A waiter woken by a bound its page does not show yet (a watermark
+        stamp): read again after each of :data:`WATERMARK_RECHECKS` (a
         new wake or a stop cuts the pause short), until rows or the
         deadline."""
         for pause in WATERMARK_RECHECKS:
@@ -283,203 +278,51 @@ class LongPollNotifier:
                 for waiter in watch.waiters:
                     waiter.event.set()
             self._cond.notify_all()
-            threads = [self._thread, *(watch.thread for watch in self._watches.values())]
+            threads = [*self.stamps.threads(), *self.checkpoints.threads()]
         deadline = time.monotonic() + timeout
         for thread in threads:
             if thread is not None and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
-    # -- the notifier thread -----------------------------------------------
+    # -- what the watchers call ---------------------------------------------
 
-    def _ensure_thread(self, watch: Watch) -> None:
-        """Start the thread that follows ``watch`` (under ``_cond``): its
-        own for a commit feed, the shared one for watermark feeds."""
-        if watch.order == COMMIT:
-            if watch.thread is None or not watch.thread.is_alive():
-                watch.thread = threading.Thread(
-                    target=self._follow_commit, args=(watch,), name=f"feed-longpoll-{watch.collection}", daemon=True
-                )
-                watch.thread.start()
-        elif self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="feed-longpoll", daemon=True)
-            self._thread.start()
+    @property
+    def cond(self) -> threading.Condition:
+        """The lock (and condition) the waiters and the watches are kept under."""
+        return self._cond
 
-    def _watermark_waiting(self) -> bool:
-        """True while a waiter waits on a watermark feed (under ``_cond``)."""
-        return any(watch.waiters for watch in self._watches.values() if watch.order != COMMIT)
+    def watches(self) -> list[Watch]:
+        """Every watch (under :attr:`cond`)."""
+        return list(self._watches.values())
 
-    def _run(self) -> None:
-        """The watermark feeds' thread: reads their newest stamps."""
-        while True:
-            with self._cond:
-                while not self._stopping and not self._watermark_waiting():
-                    self._cond.wait()  # nobody waits: no query at all
-                if self._stopping:
-                    return
-                now = time.monotonic()
-                watches = [
-                    watch
-                    for watch in self._watches.values()
-                    if watch.order != COMMIT and watch.waiters and watch.next_read <= now
-                ]
-            for watch in watches:
-                watch.next_read = now + self.watermark_interval
-                self._read_bound(watch)
-            pause = self._fire_due()
-            with self._cond:
-                if not self._stopping:
-                    self._cond.wait(pause)
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when something is notified or the notifier stops."""
+        with self._cond:
+            if not self._stopping:
+                self._cond.wait(seconds)
 
-    def _read_bound(self, watch: Watch) -> None:
-        """:meth:`_poll`, logging (not raising) what goes wrong."""
+    def read_bound(self, watch: Watch) -> None:
+        """Read the bound of ``watch`` once, logging (not raising) what goes wrong."""
         try:
-            self._poll(watch)
+            watch.watcher.poll(watch)
         except PyMongoError as error:
             log.warning("Long-poll notifier: reading the bound of %r failed: %s", watch.collection, error)
         except Exception:  # a bug must not leave every waiter to its timeout silently
             log.exception("Long-poll notifier: reading the bound of %r failed", watch.collection)
 
-    def _idle(self, watch: Watch) -> bool:
+    def idle(self, watch: Watch) -> bool:
         """Wait until someone waits on ``watch``; True when stopping instead."""
         with self._cond:
             while not self._stopping and not watch.waiters:
                 self._cond.wait()  # nobody waits: no query at all
             return self._stopping
 
-    def _busy(self, watch: Watch) -> bool:
+    def busy(self, watch: Watch) -> bool:
         """True while someone waits on ``watch`` and the notifier runs."""
         with self._cond:
             return bool(watch.waiters) and not self._stopping
 
-    def _follow_commit(self, watch: Watch) -> None:
-        """A commit feed's thread: follows its checkpoint while anyone waits."""
-        while not self._idle(watch):
-            try:
-                self._stream_checkpoint(watch)
-            except PyMongoError as error:
-                log.warning(
-                    "Long-poll notifier: the change stream on %r failed (%s); reading its checkpoint every %g s",
-                    positions_name(watch.collection),
-                    error,
-                    self.interval,
-                )
-                while self._busy(watch):
-                    self._read_bound(watch)
-                    with self._cond:
-                        if not self._stopping:
-                            self._cond.wait(self.interval)
-            except Exception:  # a bug must not leave every waiter to its timeout silently
-                log.exception("Long-poll notifier: following the checkpoint of %r failed", watch.collection)
-                with self._cond:
-                    if not self._stopping:
-                        self._cond.wait(1.0)
-
-    def _stream_checkpoint(self, watch: Watch) -> None:
-        """Follow the checkpoint through a change stream on the state
-        document until nobody waits; the stream is opened before the
-        document is read once, so no move between the two is missed."""
-        positions = self.store.db.get_collection(positions_name(watch.collection), read_concern=ReadConcern("majority"))
-        pipeline = [{"$match": {"documentKey._id": STATE_ID}}]
-        with positions.watch(pipeline, max_await_time_ms=STREAM_AWAIT_MS) as stream:
-            self._poll(watch)
-            while self._busy(watch):
-                began = time.monotonic()
-                change = stream.try_next()
-                self.polls += 1
-                if change is None:
-                    self._pause(began)
-                    continue
-                fields = (change.get("updateDescription") or {}).get("updatedFields") or {}
-                checkpoint = fields.get("checkpoint", (change.get("fullDocument") or {}).get("checkpoint"))
-                if isinstance(checkpoint, Timestamp):
-                    self._advance_to(watch, checkpoint)
-                elif change.get("operationType") in ("insert", "update", "replace"):
-                    self._poll(watch)  # the event does not say: read the document
-
-    def _pause(self, began: float) -> None:
-        """After a read of a checkpoint stream that brought nothing, wait
-        until ``interval`` after its start (or the stop).
-
-        A server may end an awaited read early on any write to the database
-        (the embedded server does): the pause keeps a notifier's stream to
-        at most one read per ``interval`` however busy the database is, so
-        waiters never take it from the writers. A moved checkpoint is still
-        seen within ``interval``; a quiet database is read once per
-        :data:`STREAM_AWAIT_MS` (docs/operations.rst, "Long-poll capacity")."""
-        rest = self.interval - (time.monotonic() - began)
-        if rest > 0:
-            with self._cond:
-                if not self._stopping:
-                    self._cond.wait(rest)
-
-    def _poll(self, watch: Watch) -> None:
-        """Read one collection's bound once."""
-        if watch.order == COMMIT:
-            positions = self.store.db.get_collection(
-                positions_name(watch.collection), read_concern=ReadConcern("majority")
-            )
-            state = positions.find_one({"_id": STATE_ID}, {"checkpoint": 1})
-            self.polls += 1
-            checkpoint = (state or {}).get("checkpoint")
-            if isinstance(checkpoint, Timestamp):
-                self._advance_to(watch, checkpoint)
-            return
-        asked = time.monotonic()
-        match: dict[str, Any] = {"is_public": True}
-        if watch.newest is not None:
-            # only the stamps written since the last read: a range on the
-            # feed index, not a sort of the collection (the embedded server
-            # sorts in memory and applies a limit only after the sort)
-            match[PUBLIC_MODIFIED] = {"$gt": watch.newest}
-        found = list(
-            self.store.feed_collection(watch.collection).aggregate(
-                [
-                    {"$match": match},
-                    {"$group": {"_id": None, "stamp": {"$max": f"${PUBLIC_MODIFIED}"}}},
-                    {"$project": {"_id": 0, "stamp": 1, "now": now_seconds()}},
-                ]
-            )
-        )
-        answered = time.monotonic()
-        self.polls += 1
-        if not found or not isinstance(found[0].get("stamp"), (int, float)):
-            return
-        stamp, now = float(found[0]["stamp"]), float(found[0]["now"])
-        if watch.newest is not None and stamp <= watch.newest:
-            return
-        watch.newest = stamp
-        # the database clock read "now" about halfway through the round trip
-        due = (asked + answered) / 2 + (stamp + self.watermark_seconds - now) + WAKE_MARGIN
-        with self._cond:
-            watch.pending.append((due, stamp))
-            del watch.pending[:-MAX_PENDING]
-
-    def _fire_due(self) -> float:
-        """Make the watermark stamps whose time has come visible; the pause
-        until the next tick (sooner when a stamp is due before it)."""
-        pause = self.interval
-        now = time.monotonic()
-        with self._cond:
-            watches = [watch for watch in self._watches.values() if watch.order != COMMIT]
-        for watch in watches:
-            if watch.waiters:
-                pause = min(pause, max(0.0, watch.next_read - now))
-            with self._cond:
-                due = [stamp for at, stamp in watch.pending if at <= now]
-                watch.pending = [(at, stamp) for at, stamp in watch.pending if at > now]
-                upcoming = min((at for at, _ in watch.pending), default=None)
-            if due:
-                self._advance(watch, max(due))
-            if upcoming is not None:
-                pause = min(pause, max(0.0, upcoming - now))
-        return pause
-
-    def _advance_to(self, watch: Watch, checkpoint: Timestamp) -> None:
-        """A commit feed's checkpoint read: wake its waiters if it moved."""
-        if watch.head is None or checkpoint > watch.head:
-            self._advance(watch, checkpoint)
-
-    def _advance(self, watch: Watch, bound: Timestamp | float) -> None:
+    def advance(self, watch: Watch, bound: Timestamp | float) -> None:
         """The bound of ``watch`` moved to ``bound``: wake the waiters it passes."""
         with self._cond:
             if watch.head is not None and not passes(bound, watch.head):

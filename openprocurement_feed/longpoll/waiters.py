@@ -10,9 +10,6 @@ from typing import Any
 
 from bson.timestamp import Timestamp
 
-from ..store.offset import Offset
-from ..store.orders import COMMIT, PUBLIC_MODIFIED
-
 #: What a waiter compares with the bound: a position, a stamp, or None
 #: (no comparable offset: woken by every change of its collection).
 Key = Timestamp | float | None
@@ -72,6 +69,8 @@ class Watch:
     next_read: float = 0.0
     #: commit order: the thread that follows the checkpoint
     thread: threading.Thread | None = None
+    #: what follows the bound (a :class:`~.watchers.Watcher` of the order)
+    watcher: Any = None
 
 
 def passes(bound: Key, key: Key) -> bool:
@@ -83,14 +82,3 @@ def passes(bound: Key, key: Key) -> bool:
     if isinstance(bound, Timestamp) != isinstance(key, Timestamp):
         return True
     return bool(bound > key)
-
-
-def waiter_key(order: str, offset: Offset | None) -> Key:
-    """The key a waiter at ``offset`` compares with its feed's bound."""
-    if offset is None:
-        return None
-    if order == COMMIT:
-        return offset.value if offset.is_position else None
-    if offset.field == PUBLIC_MODIFIED and not offset.is_position:
-        return float(offset.value)  # type: ignore[arg-type]
-    return None
