@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     chosen = part(args.part) if args.part != "all" else None
     if chosen is not None and not chosen.in_all:
-        return int(chosen.run(chosen.load(), args) or 0)
+        status = chosen.run(chosen.load(), args)
+        return int(status) if chosen.exits else 0
     for one in (chosen,) if chosen is not None else tuple(p for p in PARTS if p.in_all):
         started = time.monotonic()
         print(f"== {one.name} ==", flush=True)

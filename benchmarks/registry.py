@@ -19,16 +19,18 @@ from typing import Any
 class Part:
     """One benchmark: its name on the command line, its module under
     ``benchmarks/``, and ``run(module, args)``, which runs it with the
-    parsed options and returns the exit status (None: 0).
+    parsed options.
 
     ``in_all``: run by ``python -m benchmarks`` without a part (``make
     bench``); such a part is printed under a ``== name ==`` heading with
-    its duration after it, also when it is run on its own."""
+    its duration after it, also when it is run on its own. ``exits``: what
+    ``run`` returns is the exit status (otherwise the status is 0)."""
 
     name: str
     module: str
     run: Callable[[ModuleType, argparse.Namespace], Any]
     in_all: bool = False
+    exits: bool = False
 
     def load(self) -> ModuleType:
         """The part's module, imported now (each imports what it measures)."""
@@ -79,7 +81,7 @@ PARTS: tuple[Part, ...] = (
         in_all=True,
     ),
     Part("host", "host_listing", lambda m, a: m.run(docs=a.docs), in_all=True),
-    Part("load", "load", lambda m, a: m.run(a.duration, a.crawlers, a.writers, a.tenders, a.write_rate)),
+    Part("load", "load", lambda m, a: m.run(a.duration, a.crawlers, a.writers, a.tenders, a.write_rate), exits=True),
     Part("demo-rate", "demo_rate", lambda m, a: m.run(rate=a.patch_rate, seconds=a.write_seconds)),
     Part("restricted", "restricted_cost", lambda m, a: m.run()),
     Part("longpoll", "longpoll", lambda m, a: m.run(changes=a.changes, wait_seconds=a.wait_seconds)),
@@ -102,7 +104,7 @@ PARTS: tuple[Part, ...] = (
     Part("reconcile", "reconcile", run_reconcile),
     Part("embedded-leak", "embedded_leak", lambda m, a: m.run()),
     Part("mirror", "mirror", lambda m, a: m.run(a.mirror_sizes)),
-    Part("soak", "soak", lambda m, a: m.run(a)),
+    Part("soak", "soak", lambda m, a: m.run(a), exits=True),
 )
 
 
