@@ -199,7 +199,7 @@ def test_an_object_deleted_during_a_lease_handover_loses_its_record(
     assert holder.built and not holder.behind
     waiting = AggregateKeeper(tenders)
     waiting.handle([], caught_up=True)
-    assert waiting.lease_until == 0.0, "the lease is the holder's"
+    assert not waiting.lease.held, "the lease is the holder's"
     # the holder's process stops; the object is deleted, and the waiting
     # keeper, still without the lease, drops its event
     tenders.delete_one({"_id": keys[2]})
@@ -210,3 +210,24 @@ def test_an_object_deleted_during_a_lease_handover_loses_its_record(
     waiting.handle([], caught_up=True)
     assert waiting.stats.errors == 0 and not waiting.behind
     assert_records_match_documents(tenders)
+
+
+def test_the_keeper_state_one_type_for_writer_and_reader() -> None:
+    """What the keeper writes and the endpoint reads: complete only once
+    built, alive for a lease past the lease's end, nothing from nothing."""
+    from datetime import datetime, timezone
+
+    from openprocurement_feed.store.buckets import LAYOUT
+    from openprocurement_feed.store.keeper_state import KEEPER_ALIVE_SECONDS, LEASE_SECONDS, KeeperState
+
+    assert KEEPER_ALIVE_SECONDS == 2 * LEASE_SECONDS
+    assert KeeperState.from_document(None) == KeeperState()
+    assert KeeperState.from_document({"wall": 5}).complete is None, "a build that did not finish is complete nowhere"
+    assert KeeperState.from_document({"wall": 5, "built": "levels:old"}).complete is None, "another layout"
+    state = KeeperState.from_document({"wall": 5, "built": LAYOUT, "lease": 1_000, "owner": "a", "foreign": True})
+    assert (state.complete, state.owner, state.foreign) == (5, "a", True)
+    alive_until_us = (1_000 + int(KEEPER_ALIVE_SECONDS * 1000)) * 1000
+    assert state.alive(alive_until_us - 1) and not state.alive(alive_until_us)
+    dated = KeeperState.from_document({"lease": datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)})
+    assert dated.lease == 1_000
+    assert not KeeperState.from_document({"lease": True}).alive(0), "a boolean is no lease"

@@ -17,7 +17,7 @@ documents changed since its last complete point on the next batch.
 **One keeper at a time.** Every follower of the collection may carry a
 keeper (a follower in each web process, a ``sequence`` process beside
 them); the one holding the state's lease writes, the others wait for it to
-lapse (:data:`LEASE_SECONDS`). A keeper that takes the lease over catches up
+lapse (:data:`~..store.keeper_state.LEASE_SECONDS`). A keeper that takes the lease over catches up
 first. The transaction makes two keepers that overlap safe anyway: each
 reads the state's owner in it and writes the state, so a keeper whose lease
 was taken over (a process stopped past its lease) finds another owner or
@@ -48,14 +48,13 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import chain, islice
 from typing import Any
 
-from pymongo import InsertOne, ReplaceOne, ReturnDocument, UpdateOne
+from pymongo import InsertOne, ReplaceOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -77,11 +76,11 @@ from ..store.buckets import (
     record_of,
     stored_record,
 )
+from ..store.keeper_state import STATE_FIELDS, KeeperState
+from .lease import Lease
 
 log = logging.getLogger("openprocurement_feed.aggregates")
 
-#: Seconds a keeper's lease lasts without renewal (renewed every third of it).
-LEASE_SECONDS = 30.0
 #: Seconds before the last complete point from which a catch-up re-reads
 #: the documents (a change that committed after the point was stamped at
 #: most this much before it).
@@ -111,10 +110,6 @@ SWEEP_SECONDS = 60.0
 SWEEP_BUCKETS = 5000
 #: Bucket upserts per write when a build's buckets are written.
 BUCKET_CHUNK = 1000
-
-
-class LeaseLost(PyMongoError):
-    """Another keeper holds the lease now (found in a write's transaction)."""
 
 
 def now_us() -> int:
@@ -163,10 +158,8 @@ class AggregateKeeper:
             read_concern=ReadConcern("majority"),
         )
         self.scope_fields = tuple(dict.fromkeys(scope_fields))
-        self.owner = uuid.uuid4().hex
         self.stats = KeeperStats()
-        #: monotonic time until which this keeper holds the lease (0: not)
-        self.lease_until = 0.0
+        self.lease = Lease(self.records)
         #: a scan in progress (a build or a catch-up): an item per document
         #: or record it reads, the record to write (None: nothing to write)
         self.scan: Iterator[Record | None] | None = None
@@ -210,7 +203,7 @@ class AggregateKeeper:
             self.stats.errors += 1
             self.stats.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
             self.behind = True
-            self.lease_until = 0.0
+            self.lease.drop()
             self._forget()
             log.warning("Reconcile aggregates of %r: %s; catching up later", self.documents.name, self.stats.last_error)
 
@@ -306,41 +299,16 @@ class AggregateKeeper:
     # -- the lease ---------------------------------------------------------------
 
     def _lease(self) -> bool:
-        """Hold (take or renew) the state's lease; True while this keeper holds it."""
-        now = time.monotonic()
-        if now < self.lease_until - LEASE_SECONDS * 2 / 3:
-            return True
-        self._ensure_index()
-        # One update by _id alone (a residual predicate beside _id makes the
-        # embedded server scan the collection): the lease is taken when it
-        # is this keeper's or has lapsed, and the answer says whose it is.
-        mine = {"$eq": ["$owner", self.owner]}
-        now_ms = {"$toLong": "$$NOW"}
-        lapsed = {"$lt": [{"$ifNull": ["$lease", 0]}, now_ms]}
-        ours = {"$or": [mine, lapsed]}
-        renewed = {"$add": [now_ms, int(LEASE_SECONDS * 1000)]}  # ms since the epoch
-        state = self.records.find_one_and_update(
-            {"_id": STATE_ID},
-            [
-                {
-                    "$set": {
-                        "owner": {"$cond": [ours, self.owner, "$owner"]},
-                        "lease": {"$cond": [ours, renewed, "$lease"]},
-                    }
-                }
-            ],
-            projection={"owner": 1},
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        held = state is not None and state.get("owner") == self.owner
-        if not held:
-            self.lease_until = 0.0
+        """Hold the lease; True while this keeper holds it (a lease newly
+        taken means catching up first)."""
+        was_held = self.lease.held
+        if not was_held:
+            self._ensure_index()
+        if not self.lease.hold():
             return False
-        if self.lease_until == 0.0:
+        if not was_held:
             self.behind = True  # taken over (or first held): catch up first
             self._forget()
-        self.lease_until = now + LEASE_SECONDS
         return True
 
     def _ensure_index(self) -> None:
@@ -362,11 +330,11 @@ class AggregateKeeper:
 
     def _start_scan(self) -> None:
         """A build (never built) or a catch-up from the last complete point."""
-        state = self.records.find_one({"_id": STATE_ID}, {"built": 1, "wall": 1}) or {}
-        self.built = state.get("built") == LAYOUT
+        state = KeeperState.from_document(self.records.find_one({"_id": STATE_ID}, dict.fromkeys(STATE_FIELDS, 1)))
+        self.built = state.built
         projection = {name: 1 for name in self.fields}
-        wall = state.get("wall")
-        if not self.built or not isinstance(wall, int):
+        wall = state.complete
+        if wall is None:
             # from an empty collection (a build broken off, or of another
             # layout, left records and buckets that no longer add up)
             self.records.update_one({"_id": STATE_ID}, {"$unset": {"built": "", "wall": ""}})
@@ -442,7 +410,7 @@ class AggregateKeeper:
         written: dict[str, Record] = {}
 
         def write(session: Any) -> None:
-            self._check_owner(session)
+            self.lease.check(session)
             operations: list[Any] = []
             deltas: Delta = {}
             records = 0
@@ -511,14 +479,6 @@ class AggregateKeeper:
         while len(self.cache) > CACHE_RECORDS:
             self.cache.popitem(last=False)
 
-    def _check_owner(self, session: Any) -> None:
-        """In a write's transaction: this keeper still holds the lease (the
-        write then also writes the state, so a takeover meanwhile conflicts
-        with it)."""
-        owner = (self.records.find_one({"_id": STATE_ID}, {"owner": 1}, session=session) or {}).get("owner")
-        if owner != self.owner:
-            raise LeaseLost(f"the lease is {owner!r}'s now")
-
     def _write_buckets(self, deltas: Delta) -> None:
         """A build's buckets, a transaction per chunk, each checking the
         lease and writing the state: a keeper stopped past its lease cannot
@@ -529,7 +489,7 @@ class AggregateKeeper:
         touch = UpdateOne({"_id": STATE_ID}, [{"$set": {"applied": {"$toLong": "$$NOW"}}}])
         for start in range(0, len(updates), BUCKET_CHUNK):
             with self.client.start_session() as session, session.start_transaction():
-                self._check_owner(session)
+                self.lease.check(session)
                 chunk = [*updates[start : start + BUCKET_CHUNK], touch]
                 self.records.bulk_write(chunk, ordered=False, session=session)
         self.stats.buckets += len(updates)

@@ -40,7 +40,6 @@ from ..reconcile.items import MAX_TIMESTAMP, Bound, Item
 from ..reconcile.records import micros, shown_record
 from ..reconcile.storage import Storage, VectorStorage
 from .buckets import (
-    LAYOUT,
     LEVELS,
     STATE_ID,
     children_range,
@@ -51,13 +50,10 @@ from .buckets import (
     request_views,
     sum_group,
 )
+from .keeper_state import STATE_FIELDS, KeeperState
 from .orders import COMMIT, FeedNotReady, positions_name
 from .orders import STATE_ID as POSITIONS_STATE_ID
 
-#: Seconds past its lease's end before the storage takes a keeper for
-#: stopped (it renews the lease every 10 s while it runs; a build's first
-#: read of a large collection may hold it longer).
-KEEPER_ALIVE_SECONDS = 60.0
 #: What the client is asked to wait while the aggregates catch up.
 RETRY_AFTER_SECONDS = 1
 AGGREGATES = "aggregates"
@@ -292,19 +288,19 @@ class ReconcileSource:
             read_preference=ReadPreference.PRIMARY,
             read_concern=ReadConcern("majority"),
         )
-        self._state: dict[str, Any] | None = None
+        self._state: KeeperState | None = None
         self._now_us: int = 0
         self._checkpoint: Any = None
 
     # -- the horizon ---------------------------------------------------------
 
-    def _read_state(self) -> dict[str, Any]:
+    def _read_state(self) -> KeeperState:
         """The keeper's state, the database's time and (commit order) the
         checkpoint: one read."""
         if self._state is None:
             stages: list[dict[str, Any]] = [{"$documents": [{"kind": "now"}]}, {"$set": {"now": "$$NOW"}}]
             if self.aggregates:
-                keep = {"built": 1, "wall": 1, "lease": 1, "foreign": 1, "kind": "aggregates"}
+                keep = {**dict.fromkeys(STATE_FIELDS, 1), "kind": "aggregates"}
                 pipeline = [{"$match": {"_id": STATE_ID}}, {"$project": keep}]
                 stages.append({"$unionWith": {"coll": self.records.name, "pipeline": pipeline}})
             if self.order == COMMIT:
@@ -318,7 +314,7 @@ class ReconcileSource:
             now = rows.get("now", {}).get("now")
             self._now_us = micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
             self._checkpoint = rows.get("positions", {}).get("checkpoint")
-            self._state = rows.get("aggregates", {})
+            self._state = KeeperState.from_document(rows.get("aggregates"))
         return self._state
 
     def feed_horizon(self) -> int:
@@ -335,19 +331,15 @@ class ReconcileSource:
                 # batch's entries and checkpoint: its complete point is also
                 # the sequencer's (a quiet feed's checkpoint stays at its
                 # last change, the keeper's point moves on).
-                wall = state.get("wall")
-                if isinstance(wall, int) and state.get("built") == LAYOUT and self.keeper_alive():
+                wall = state.complete
+                if wall is not None and self.keeper_alive():
                     bound = max(bound, min(wall, self._now_us))
             return bound
         return self._now_us - int(float(self.store.watermark_seconds) * 1_000_000)
 
     def keeper_alive(self) -> bool:
         """Whether a keeper holds the lease (it writes while it runs)."""
-        state = self._read_state()
-        lease = state.get("lease")  # ms since the epoch, by the database's clock
-        if isinstance(lease, datetime):
-            lease = micros(lease) // 1000
-        return isinstance(lease, int) and (lease + int(KEEPER_ALIVE_SECONDS * 1000)) * 1000 > self._now_us
+        return self._read_state().alive(self._now_us)
 
     def horizon(self) -> Horizon:
         """The ``until`` a client reconciles below: the feed's bound, or the
@@ -357,8 +349,8 @@ class ReconcileSource:
             return Horizon(bound, FEED)
         state = self._read_state()
         self._check_foreign(state)
-        wall = state.get("wall")
-        if state.get("built") == LAYOUT and isinstance(wall, int):
+        wall = state.complete
+        if wall is not None:
             if wall >= bound:
                 return Horizon(bound, AGGREGATES)
             if self.keeper_alive():
@@ -366,8 +358,8 @@ class ReconcileSource:
         return Horizon(bound, FEED)
 
     @staticmethod
-    def _check_foreign(state: Mapping[str, Any]) -> None:
-        if state.get("foreign"):
+    def _check_foreign(state: KeeperState) -> None:
+        if state.foreign:
             raise NotReconcilable(
                 "the feed shows objects whose ids are not 32 hexadecimal digits: they have no reconcile record"
             )
@@ -389,9 +381,8 @@ class ReconcileSource:
         if self.aggregates:
             state = self._read_state()
             self._check_foreign(state)
-            wall = state.get("wall")
-            complete = state.get("built") == LAYOUT and isinstance(wall, int)
-            if complete and isinstance(wall, int) and wall >= until:
+            wall = state.complete
+            if wall is not None and wall >= until:
                 views = request_views(self.mode, self.scope_field, self.scope_value)
                 client = self.records.database.client
                 with (
@@ -405,7 +396,7 @@ class ReconcileSource:
             if self.keeper_alive():
                 raise ReconcileUnavailable(
                     "the reconcile aggregates are catching up with the feed"
-                    + (f" (complete up to {wall}, until {until})" if complete else " (being built)")
+                    + (f" (complete up to {wall}, until {until})" if wall is not None else " (being built)")
                 )
         yield self.feed_records(until)
 
