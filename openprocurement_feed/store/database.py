@@ -39,6 +39,7 @@ from .orders import (
     exclusive_upper,
     order_kind,
 )
+from .readers import keyset_filter
 from .windows import WindowHints
 
 # the write path lives in .writes; its names are still importable from here
@@ -340,12 +341,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
         filters: Mapping[str, Any] | None,
     ) -> builtins.list[dict[str, Any]]:
         """The page strictly after ``(offset.value, last_id)`` in feed order."""
-        beyond = "$lt" if descending else "$gt"
-        keyset = dict(filters or {})
-        keyset["$or"] = [
-            {reader.key: {beyond: offset.value}},
-            {reader.key: offset.value, "_id": {beyond: last_id}},
-        ]
+        keyset = keyset_filter(reader.key, offset.value, last_id, descending, filters)
         return self._rows(
             reader,
             fields,

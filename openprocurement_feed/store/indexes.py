@@ -22,6 +22,14 @@ INDEX_OPTIONS_CONFLICT = 85
 INDEX_KEY_SPECS_CONFLICT = 86
 
 
+def feed_index_name(scope_field: str | None, mode: str) -> str:
+    """The name of the feed index that serves the pages of feed mode
+    ``mode`` (``_all_``: every object; else real or test ones), scoped by
+    ``scope_field`` or not (:meth:`FeedIndexesMixin.feed_index_specs`)."""
+    stem = f"feed_{scope_field}_" if scope_field else "feed_"
+    return stem + ("all" if mode == "_all_" else "mode")
+
+
 class FeedIndexesMixin:
     """The feed indexes of a store (:class:`~.database.FeedStoreMixin` has them)."""
 
@@ -48,9 +56,8 @@ class FeedIndexesMixin:
             prefix = [(scope, ASCENDING)] if scope else []
             public = ("is_public", ASCENDING)
             tail = [(key, ASCENDING), ("_id", ASCENDING)]
-            stem = f"feed_{scope}_" if scope else "feed_"
-            specs.append({"keys": [*prefix, public, ("is_test", ASCENDING), *tail], "name": stem + "mode"})
-            specs.append({"keys": [*prefix, public, *tail], "name": stem + "all"})
+            specs.append({"keys": [*prefix, public, ("is_test", ASCENDING), *tail], "name": feed_index_name(scope, "")})
+            specs.append({"keys": [*prefix, public, *tail], "name": feed_index_name(scope, "_all_")})
         return specs
 
     def ensure_feed_indexes(

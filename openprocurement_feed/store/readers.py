@@ -43,6 +43,18 @@ def boundary_ids(rows: Iterable[dict[str, Any]], value_of: Callable[[dict[str, A
     return ids
 
 
+def keyset_filter(
+    key: str, value: Any, last_id: Any, descending: bool, filters: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``filters`` with the keyset condition of the rows strictly after
+    ``(value, last_id)`` in feed order on ``key`` (then ``_id``): the query
+    of a page after a tie group larger than a page."""
+    beyond = "$lt" if descending else "$gt"
+    keyset = dict(filters or {})
+    keyset["$or"] = [{key: {beyond: value}}, {key: value, "_id": {beyond: last_id}}]
+    return keyset
+
+
 def exclusive_upper(query: dict[str, Any], key: str) -> None:
     """Turn ``query``'s inclusive upper bound on ``key`` (``$lte: v``) into
     the same exclusive one (``$lt`` the next value after ``v``), in place.
