@@ -56,14 +56,9 @@ class CollectionSequencer(CollectionRecovery):
 
     def stream_pipeline(self) -> list[dict[str, Any]]:
         """Keep of each event only what an entry needs: the server encodes
-        and ships a few fields instead of whole documents.
-
-        Measured on the embedded server (its CPU per event, 1000 events read
-        in batches, ``fullDocument: updateLookup``): 0.16-0.17 ms with this
-        stage against 0.09 ms without it for 3 KB documents, 0.18-0.19 ms
-        against 0.20 ms for 30 KB ones, which the sequencer would also have
-        to decode whole. Tenders are tens of KB and MongoDB runs the stage
-        in its own code, so it stays."""
+        and ships a few fields instead of whole documents, which the
+        sequencer would otherwise decode whole (tenders are tens of KB; the
+        server runs the stage in its own code)."""
         fields = self.document_fields()
         if self.aggregates is not None:
             fields += self.aggregates.fields
@@ -81,8 +76,8 @@ class CollectionSequencer(CollectionRecovery):
         )
 
     def open(self) -> CollectionChangeStream[Any]:
-        """An observer's stream: after the last batch it measured when it
-        reopens after an error (what committed meanwhile is measured), from
+        """An observer's stream: after the last batch it took when it
+        reopens after an error (what committed meanwhile is taken too), from
         the present (:meth:`_start`) on its first start or when no point
         could resume (the stretch it could not measure is recorded in its
         stats and published). A sequencer of positions reads its database's
@@ -90,7 +85,7 @@ class CollectionSequencer(CollectionRecovery):
 
         The points it resumes from, in turn (:meth:`resume_points`): the
         stream's token after the last batch, the last event's own token,
-        the time of its start when it has measured no event since. A
+        the time of its start when it has taken no event since. A
         server may refuse the first (the embedded server names a command of
         the database there, another collection created or indexed, and
         refuses it, code 13); a point whose history has left the oplog ends
@@ -116,7 +111,7 @@ class CollectionSequencer(CollectionRecovery):
         if refused is not None:
             why = "has left the oplog" if refused.code in HISTORY_LOST_CODES else "was refused"
             log.warning(
-                "Observer of %r: its resume point %s (%s); the writes committed since its last read are not measured",
+                "Observer of %r: its resume point %s (%s); the lag of the writes committed since its last read is lost",
                 self.name,
                 why,
                 (refused.details or {}).get("codeName"),
@@ -188,7 +183,7 @@ class CollectionSequencer(CollectionRecovery):
         self.stats.following()
         if self.observe:
             self.stats.events += len(events)
-            # measured through here: a stream reopened after an error resumes after it
+            # taken through here: a stream reopened after an error resumes after it
             self.observed_token = stream.resume_token or self.observed_token
             if events:
                 self.event_token = events[-1]["_id"]
@@ -284,23 +279,15 @@ class CollectionSequencer(CollectionRecovery):
         the server, so a batch is what the server holds when it is read
         plus one read that finds nothing (caught up: the checkpoint covers
         the last event at once). Awaited reads cost more than they save: a
-        server wakes every waiting stream on each write to the database
+        server may wake every waiting stream on each write to the database
         (the embedded server does, its own positions writes included), so
-        a stream waiting 20 ms was read again on about every write and
-        each batch ended with a read woken by its own bulk write. Measured
-        on the embedded server under the seed's load (80 patches/s asked,
-        ``python -m benchmarks orders``), reads every 30 ms took the feed
-        delay median from 131 ms to 68 ms, the commit order from 90 % to
-        100 % of the watermark order's patches/s and its database CPU per
-        patch from 1.44 to 1.37 times the watermark's. A batch has a cost
-        of its own whatever it holds (two reads, the state's statement, the
+        an awaited stream is read again on about every write and each batch
+        ends with a read woken by its own bulk write. A batch has a cost of
+        its own whatever it holds (two reads, the state's statement, the
         bulk write's command, the state's oplog entry that every stream of
-        the database decodes): reads every 50 ms instead of 30 ms make 40 %
-        fewer batches under load for about 10 ms more delay on average
-        (on a busy 2-core machine, ABBA runs of the same benchmark: 1.23
-        and 1.28 times the watermark's CPU per patch at 30 ms, 1.11 and 1.22
-        at 60 ms). A quiet stream backs off to ``idle_seconds``, so three
-        idle collections cost about 60 short reads a second.
+        the database decodes): ``read_interval`` trades fewer batches under
+        load for a little more delay. A quiet stream backs off to
+        ``idle_seconds``.
         """
         if events:
             wait = self.read_interval - (time.monotonic() - began)

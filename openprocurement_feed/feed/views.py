@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
-from urllib.parse import urlencode
 
 from cornice import Service
 from pymongo.errors import PyMongoError
@@ -23,17 +21,18 @@ from pyramid.exceptions import ConfigurationConflictError, ConfigurationError
 from pyramid.request import Request
 
 from ..longpoll.notifier import OVER_CAP
-from ..store.offset import compose_offset
 from ..store.orders import (
     ORDERS,
     PUBLIC_MODIFIED,
     WATERMARK,
     FeedOrder,
-    boundary_ids,
     order_kind,
 )
 from ..store.restricted import ItemPolicy, ItemView
 from ..store.state import feed_state
+from .pages import PLAIN_QUERY_RE as PLAIN_QUERY_RE
+from .pages import page_link, page_offsets, render_item, render_items
+from .pages import query_string as query_string
 from .params import FeedParams, ParamError, parse_params
 from .placement import place_feed_route
 from .reconcile import add_reconcile
@@ -101,81 +100,6 @@ class FeedDefinition:
         """The class of the feed's order: what differs between the orders
         is asked of it (:class:`~openprocurement_feed.store.orders.FeedOrder`)."""
         return order_kind(self.order)
-
-
-def page_offsets(rows: Sequence[dict[str, Any]], raw_offset: str, order: FeedOrder | None = None) -> tuple[str, str]:
-    """The ``(next, prev)`` offsets of a page (sorted in the feed's order,
-    watermark order by default): its last and first rows'.
-
-    An empty page echoes the request's offset in both.
-    """
-    if not rows:
-        return raw_offset, raw_offset
-    value_of: Callable[[Mapping[str, Any]], Any] = order.row_value if order is not None else itemgetter(PUBLIC_MODIFIED)
-    compose: Callable[[Any, Iterable[str]], str] = order.compose if order is not None else compose_offset
-    last = value_of(rows[-1])
-    first = value_of(rows[0])
-    return (
-        compose(last, boundary_ids(reversed(rows), value_of, last)),
-        compose(first, boundary_ids(rows, value_of, first)),
-    )
-
-
-#: Characters ``urlencode`` leaves as they are (its ``quote_plus`` safe set).
-PLAIN_QUERY_RE = re.compile(r"[A-Za-z0-9_.~-]*", re.ASCII)
-
-
-def query_string(params: dict[str, str]) -> str:
-    """``urlencode(params)``, byte for byte; without its per-character
-    quoting when nothing needs quoting (offsets, limits and flags never do)."""
-    plain = PLAIN_QUERY_RE.fullmatch
-    for key, value in params.items():
-        if not (plain(key) and plain(value)):
-            return urlencode(params)
-    return "&".join(key + "=" + value for key, value in params.items())
-
-
-def page_link(
-    request: Request, params: dict[str, str], path: str | None = None, host_url: str | None = None
-) -> dict[str, str]:
-    """A ``{"offset", "path", "uri"}`` link to the current route with ``params``
-    (``path`` and ``host_url``: the request's, when the caller has them already)."""
-    path = request.path if path is None else path
-    if params:
-        path += "?" + query_string(params)
-    return {
-        "offset": params.get("offset", ""),
-        "path": path,
-        "uri": (request.host_url if host_url is None else host_url) + path,
-    }
-
-
-def render_item(row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    """A feed item: ``id`` and the requested fields the document has."""
-    item: dict[str, Any] = {"id": row["_id"]}
-    for name in fields:
-        if name in row:
-            item[name] = row[name]
-    return item
-
-
-def render_items(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``data`` of a page: :func:`render_item` of every row, in order.
-
-    The loop is :func:`render_item` written out: a Python call per row is a
-    measurable share of a 1000-item page's CPU (``python -m benchmarks cost
-    --profile``). A feed with an item policy (:mod:`.restricted`) renders
-    through the policy instead (:func:`render_page`).
-    """
-    items: list[dict[str, Any]] = []
-    append = items.append
-    for row in rows:
-        item = {"id": row["_id"]}
-        for name in fields:
-            if name in row:
-                item[name] = row[name]
-        append(item)
-    return items
 
 
 def render_page(

@@ -30,7 +30,7 @@ dropped connection, a lost stream history: it retries), or while a read of
 its stream has not returned for :data:`STUCK_READ_SECONDS` (the driver
 retrying by itself), the view says so (``watcher.failing``) and the verdict
 is at least ``at-risk`` in commit order (the checkpoint stands still) and
-``unknown`` in watermark order (the lag is not measured), whatever the
+``unknown`` in watermark order (the lag is not taken), whatever the
 figures published before the fault say.
 """
 

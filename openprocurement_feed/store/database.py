@@ -10,7 +10,7 @@ it into its own store class. :class:`FeedStore` is the ready-made store that
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, MongoClient
@@ -29,7 +29,8 @@ from .indexes import INDEX_OPTIONS_CONFLICT as INDEX_OPTIONS_CONFLICT
 from .indexes import FeedIndexesMixin
 from .indexes import create_indexes as create_indexes
 from .indexes import stamp_index_specs as stamp_index_specs
-from .offset import Offset, ids_digest
+from .offset import Offset
+from .offset import find_window as find_window
 from .orders import (
     PUBLIC_MODIFIED,
     FeedOrder,
@@ -40,6 +41,7 @@ from .orders import (
     order_kind,
 )
 from .readers import keyset_filter
+from .readers import mode_filter as mode_filter
 from .windows import WindowHints
 
 # the write path lives in .writes; its names are still importable from here
@@ -49,30 +51,6 @@ from .writes import MissingRevision as MissingRevision
 from .writes import StampedWritesMixin
 from .writes import next_rev as next_rev
 from .writes import request_now as request_now
-
-
-def mode_filter(mode: str) -> dict[str, Any]:
-    """The filter of a feed mode: ``test`` → test objects only, ``_all_`` →
-    everything, anything else → real objects only."""
-    if mode == "test":
-        return {"is_test": True}
-    if mode == "_all_":
-        return {}
-    return {"is_test": False}
-
-
-def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
-    """Find the run of ``count`` consecutive ``ids`` whose digest is ``digest``.
-
-    Returns the index just past the run (everything before it was already
-    served), or None when no run matches.
-    """
-    if count <= 0 or count > len(ids):
-        return None
-    for start in range(len(ids) - count + 1):
-        if ids_digest(ids[start : start + count]) == digest:
-            return start + count
-    return None
 
 
 class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):

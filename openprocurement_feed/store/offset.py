@@ -21,7 +21,7 @@ import hashlib
 import math
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -161,3 +161,17 @@ def parse_offset(raw: str, max_count: int = 1000) -> Offset:
         return Offset(_parse_iso(raw))
     except (ValueError, OverflowError, OSError):
         raise InvalidOffset(raw) from None
+
+
+def find_window(ids: Sequence[str], count: int, digest: str) -> int | None:
+    """Find the run of ``count`` consecutive ``ids`` whose digest is ``digest``.
+
+    Returns the index just past the run (everything before it was already
+    served), or None when no run matches.
+    """
+    if count <= 0 or count > len(ids):
+        return None
+    for start in range(len(ids) - count + 1):
+        if ids_digest(ids[start : start + count]) == digest:
+            return start + count
+    return None

@@ -43,6 +43,16 @@ def boundary_ids(rows: Iterable[dict[str, Any]], value_of: Callable[[dict[str, A
     return ids
 
 
+def mode_filter(mode: str) -> dict[str, Any]:
+    """The filter of a feed mode: ``test`` → test objects only, ``_all_`` →
+    everything, anything else → real objects only."""
+    if mode == "test":
+        return {"is_test": True}
+    if mode == "_all_":
+        return {}
+    return {"is_test": False}
+
+
 def keyset_filter(
     key: str, value: Any, last_id: Any, descending: bool, filters: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -174,7 +184,7 @@ class PageReader:
         if self.max_time_ms:
             cursor = cursor.max_time_ms(self.max_time_ms)
         # to_list (pymongo >= 4.9) takes each batch whole; iterating pays a
-        # Python call per row (a measurable share of a 1000-item page).
+        # Python call per row.
         to_list = getattr(cursor, "to_list", None)
         return to_list() if to_list is not None else list(cursor)
 
