@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import random
 import socket
 import statistics
@@ -39,6 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -143,24 +143,35 @@ def serve(count: int, start: datetime, port_queue: Any) -> None:  # pragma: no c
     server.serve_forever()
 
 
-def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> tuple[list[float], list[float], int]:
-    """Seconds of ``sync --out`` and of the mirror into SQLite, ``rounds``
+@dataclass
+class CatchUp:
+    """The rounds of catching up at one size: wall and CPU seconds of each."""
+
+    pages: int = 0
+    sync_wall: list[float] = field(default_factory=list)
+    sync_cpu: list[float] = field(default_factory=list)
+    mirror_wall: list[float] = field(default_factory=list)
+    mirror_cpu: list[float] = field(default_factory=list)
+
+
+def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> CatchUp:
+    """Wall and CPU seconds of ``sync --out`` and of the mirror into SQLite
+    (this process's CPU: the mirror's writer thread included), ``rounds``
     times each, alternating (a machine's load drifts over both alike), and
     the pages read. The last round's mirror stays at ``folder/mirror.db``."""
     from openprocurement_feed.client import FeedSync, JsonLinesWriter
     from openprocurement_feed.client.mirror import Mirror, MirrorStore
 
-    sync_times: list[float] = []
-    mirror_times: list[float] = []
-    pages = 0
+    figures = CatchUp()
     for number in range(rounds):
         out = folder / "copy.jsonl"
         with JsonLinesWriter(out) as writer, FeedSync(url, writer, folder / "state.json", limit=LIMIT) as client:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             stats = client.run()
-            sync_times.append(time.perf_counter() - started)
+            figures.sync_wall.append(time.perf_counter() - started)
+            figures.sync_cpu.append(time.process_time() - cpu)
         assert writer.lines == count, (writer.lines, count)
-        pages = stats.pages
+        figures.pages = stats.pages
         for path in (out, folder / "state.json"):
             path.unlink()
         for path in folder.glob("mirror.db*"):
@@ -168,15 +179,17 @@ def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> tuple[
         store = MirrorStore.open(str(folder / "mirror.db"))
         store.create_schema()
         with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             mirror.run(once=True)
-            mirror_times.append(time.perf_counter() - started)
+            figures.mirror_wall.append(time.perf_counter() - started)
+            figures.mirror_cpu.append(time.process_time() - cpu)
             assert store.count("tenders") == count
         status(
-            f"mirror, {count}, round {number + 1}: sync {sync_times[-1]:.2f} s, "
-            f"mirror {mirror_times[-1]:.2f} s, {pages} pages"
+            f"mirror, {count}, round {number + 1}: sync {figures.sync_wall[-1]:.2f} s "
+            f"(CPU {figures.sync_cpu[-1]:.2f} s), mirror {figures.mirror_wall[-1]:.2f} s "
+            f"(CPU {figures.mirror_cpu[-1]:.2f} s), {figures.pages} pages"
         )
-    return sync_times, mirror_times, pages
+    return figures
 
 
 def build_directly(path: Path, url: str, count: int, start: datetime) -> float:
@@ -198,18 +211,33 @@ def build_directly(path: Path, url: str, count: int, start: datetime) -> float:
     return time.perf_counter() - started
 
 
+#: ``openprocurement-feed`` run so that it prints, last on its standard
+#: error, its own peak RSS: ``VmHWM`` of its memory after ``exec``. (The
+#: ``ru_maxrss`` of ``wait4`` keeps the high-water mark of the memory the
+#: child was forked with: this benchmark's own, hundreds of MB with a feed
+#: of a million items in hand.)
+MEASURED = (
+    "import sys\n"
+    "from openprocurement_feed.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "with open('/proc/self/status') as status:\n"
+    "    peak = [line.split()[1] for line in status if line.startswith('VmHWM:')][0]\n"
+    "print('peak-rss-kb', peak, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
 def check(url: str, folder: Path) -> tuple[float, float, float, int]:
     """``verify --db`` in a child process: the check's seconds, the wall
-    seconds, the peak RSS in MB, the rounds."""
-    command = [sys.executable, "-m", "openprocurement_feed.cli", "verify", url, "--db", str(folder / "mirror.db")]
+    seconds, the child's peak RSS in MB, the rounds."""
+    command = [sys.executable, "-c", MEASURED, "verify", url, "--db", str(folder / "mirror.db"), "--json"]
     started = time.perf_counter()
-    process = subprocess.Popen([*command, "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    output = process.stdout.read() if process.stdout else b""
-    _, code, usage = os.wait4(process.pid, 0)
+    done = subprocess.run(command, capture_output=True, check=False)
     wall = time.perf_counter() - started
-    result = json.loads(output)
-    assert os.waitstatus_to_exitcode(code) == 0 and result["in_sync"], result
-    return float(result["elapsed"]), wall, usage.ru_maxrss / 1024, int(result["rounds"])
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and result["in_sync"], result
+    peak = next(line.split()[1] for line in done.stderr.decode().splitlines() if line.startswith("peak-rss-kb"))
+    return float(result["elapsed"]), wall, int(peak) / 1024, int(result["rounds"])
 
 
 def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
@@ -226,16 +254,20 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
             with tempfile.TemporaryDirectory(prefix="mirror-bench-") as name:
                 folder = Path(name)
                 if crawled:
-                    sync_times, mirror_times, pages = catch_up(url, folder, count, rounds)
-                    ratios = [one / other for one, other in zip(sync_times, mirror_times, strict=True)]
-                    sync_rate = f"{pages / statistics.median(sync_times):.0f}"
-                    mirror_rate = f"{pages / statistics.median(mirror_times):.0f}"
+                    figures = catch_up(url, folder, count, rounds)
+                    ratios = [one / other for one, other in zip(figures.sync_wall, figures.mirror_wall, strict=True)]
+                    sync_rate = f"{figures.pages / statistics.median(figures.sync_wall):.0f}"
+                    mirror_rate = f"{figures.pages / statistics.median(figures.mirror_wall):.0f}"
                     ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                    cpu = (
+                        f"{1000 * statistics.median(figures.sync_cpu) / figures.pages:.2f} / "
+                        f"{1000 * statistics.median(figures.mirror_cpu) / figures.pages:.2f}"
+                    )
                     how = "crawled"
                 else:
                     seconds = build_directly(folder / "mirror.db", url, count, start)
                     status(f"mirror, {count}: written straight into feed_objects in {seconds:.1f} s")
-                    sync_rate = mirror_rate = ratio = "-"
+                    sync_rate = mirror_rate = ratio = cpu = "-"
                     how = "inserted"
                 check_seconds, wall, rss, rounds_of_check = check(url, folder)
         finally:
@@ -248,6 +280,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                 sync_rate,
                 mirror_rate,
                 ratio,
+                cpu,
                 f"{check_seconds:.2f}",
                 f"{wall:.2f}",
                 f"{rss:.0f}",
@@ -262,6 +295,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                 "sync --out pages/s",
                 "mirror pages/s",
                 "ratio (min-max)",
+                "CPU ms/page sync / mirror",
                 "check s",
                 "verify --db wall s",
                 "peak RSS MB",
@@ -271,6 +305,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
         )
     )
     print(f"(limit {LIMIT}; pages/s: the median of {rounds} rounds, sync and mirror alternating; ratio: the")
-    print(" median of the rounds' mirror/sync speed ratios, their range in brackets; 'inserted': rows written")
+    print(" median of the rounds' mirror/sync speed ratios, their range in brackets; CPU: the client process's")
+    print(" (the mirror's writer thread included), the median of the rounds; 'inserted': rows written")
     print(" straight into feed_objects, no crawl, checked against the stand-in's reconcile endpoint holding")
     print(" the same records; peak RSS of the verify --db process, its Python, SQLAlchemy and the check)")
