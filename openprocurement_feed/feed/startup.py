@@ -11,7 +11,7 @@ commits: this work is registered as ordered actions. A
 action at once, in the middle of the host's configuration: the include would
 create its own ``MongoClient`` (and start an embedded server) before the
 host's next line could call ``set_feed_store``. :func:`defer` therefore
-keeps the work in ``registry.feed_deferred`` under autocommit, and
+keeps the work in the state's ``deferred`` under autocommit, and
 :func:`run_deferred` runs it, in the same order as a commit would, when the
 application is created (``config.make_wsgi_app()`` sends
 :class:`~pyramid.events.ApplicationCreated`). Nothing is created before
@@ -34,9 +34,7 @@ from pyramid.config import Configurator
 from pyramid.events import ApplicationCreated
 from pyramid.exceptions import ConfigurationExecutionError
 
-#: The registry attribute holding the deferred work under autocommit:
-#: a list of ``(order, sequence, callable, action info)``.
-DEFERRED = "feed_deferred"
+from ..store.state import feed_state, find_feed_state
 
 
 def defer(config: Configurator, callable: Callable[[], None], order: int, discriminator: Any = None) -> None:
@@ -44,14 +42,14 @@ def defer(config: Configurator, callable: Callable[[], None], order: int, discri
     deferred work of a lower ``order``: a configuration action of that order
     in a committing configuration; under autocommit, when the application is
     created (:func:`run_deferred`)."""
-    registry = config.registry
     if not config.autocommit:
         config.action(discriminator, callable, order=order)
         return
-    pending = registry.__dict__.get(DEFERRED)
-    if pending is None:
-        pending = registry.__dict__[DEFERRED] = []
+    state = feed_state(config.registry)
+    if state.deferred is None:
+        state.deferred = []
         config.add_subscriber(lambda event: run_deferred(event.app.registry), ApplicationCreated)
+    pending = state.deferred
     pending.append((order, len(pending), callable, config.action_info))
 
 
@@ -60,7 +58,8 @@ def run_deferred(registry: Any) -> None:
     first, each once. An error stops start-up as a commit would: a
     :class:`~pyramid.exceptions.ConfigurationExecutionError` pointing at the
     line that asked for the work."""
-    pending = registry.__dict__.get(DEFERRED) or []
+    state = find_feed_state(registry)
+    pending = (state.deferred if state is not None else None) or []
     while pending:
         pending.sort(key=lambda entry: entry[:2])
         _, _, callable, info = pending.pop(0)

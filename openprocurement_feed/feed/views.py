@@ -383,7 +383,7 @@ def claim(config: Configurator, discriminator: tuple[str, str]) -> None:
     claim raises a :class:`ConfigurationConflictError` at once, naming the
     feed and pointing at both callers' lines.
     """
-    claims = config.registry.__dict__.setdefault("feed_claims", {})
+    claims = feed_state(config.registry).claims
     info = config.action_info
     if discriminator in claims:
         raise ConfigurationConflictError({discriminator: [claims[discriminator], info]})

@@ -85,6 +85,13 @@ class FeedState:
     openapi_hooks: list[Callable[[Any], Mapping[str, Any]]] = field(default_factory=list)
     #: the threads of the server in front of the app, when it says (the long-poll cap's default)
     server_threads: int | None = None
+    #: under an autocommitting configuration, the start-up work kept until
+    #: the application is created (:mod:`~openprocurement_feed.feed.startup`):
+    #: ``(order, sequence, callable, action info)``; None before any
+    deferred: list[tuple[int, int, Callable[[], None], Any]] | None = None
+    #: what ``add_feed`` registered (a feed's name, its path's shape) and
+    #: where, to report a second claim as a conflict
+    claims: dict[Any, Any] = field(default_factory=dict)
     #: the registry whose aliases this state writes (set by :func:`attach_feed_state`)
     registry: Any = field(default=None, repr=False)
 
