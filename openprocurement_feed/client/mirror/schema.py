@@ -56,6 +56,9 @@ SCHEMA_VERSION = 1
 #: The ``name`` of the schema's row in ``feed_schema``.
 SCHEMA_NAME = "openprocurement-feed-mirror"
 
+#: SQLite: WAL pages between two automatic checkpoints (see :func:`make_engine`).
+WAL_AUTOCHECKPOINT = 10_000
+
 metadata = MetaData()
 _ID = Text().with_variant(Text(collation="C"), "postgresql")
 _DATA = JSON().with_variant(JSONB(), "postgresql")
@@ -136,7 +139,8 @@ def make_engine(url: URL, synchronous: str = "NORMAL") -> Engine:
     given. ``NORMAL`` (in WAL mode): a commit survives the process's death
     at once; a power loss may take back the last commits, each page's rows
     with the position after them, so the crawl reads those pages again and
-    nothing is lost. ``FULL`` syncs every commit to the disk."""
+    nothing is lost. ``FULL`` syncs every commit to the disk. A checkpoint
+    every :data:`WAL_AUTOCHECKPOINT` pages of WAL."""
     if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
     if url.get_backend_name() != "sqlite":
@@ -150,6 +154,10 @@ def make_engine(url: URL, synchronous: str = "NORMAL") -> Engine:
         cursor.execute("PRAGMA busy_timeout = 30000")
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages: the indexes of a large feed stay cached
+        # a checkpoint (the WAL copied into the file, both synced) every 10,000 pages (40 MiB of WAL), not
+        # every 1,000: a page of 100 random ids dirties about 100 index pages, so the default checkpoints
+        # every ten pages of a crawl; a third less CPU per page, half the wall time (benchmarks/mirror.py)
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
