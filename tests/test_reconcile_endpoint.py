@@ -29,6 +29,7 @@ from openprocurement_feed.store.database import FeedStore
 from openprocurement_feed.store.orders import STATE_ID as POSITIONS_STATE
 from openprocurement_feed.store.orders import positions_name
 from openprocurement_feed.store.reconcile import AggregateStorage, feed_storage, open_reconcile
+from openprocurement_feed.store.state import feed_state
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -84,7 +85,7 @@ class App:
         )
         feed_settings = self.registry.feed_settings
         store = FeedStore(self.client, feed_settings.db_name, watermark_seconds=feed_settings.watermark_seconds)
-        self.registry.feed_store = store
+        feed_state(self.registry).store = store
         self.store = store
         self.test = TestApp(self.app)
         self.rng = random.Random(7)
@@ -92,7 +93,7 @@ class App:
     def close(self) -> None:
         from openprocurement_feed import shutdown
 
-        self.registry.feed_store = self.original
+        feed_state(self.registry).store = self.original
         shutdown(self.registry)
         self.client.close()
 

@@ -42,6 +42,7 @@ from ..store.reconcile import (
     UntilAboveHorizon,
     open_reconcile,
 )
+from ..store.state import feed_state
 from .errors import error_body
 
 log = logging.getLogger("openprocurement_feed.reconcile")
@@ -159,7 +160,7 @@ def differences(query: bytes, answer: bytes) -> int:
 
 
 def _observe(request: Request, feed: Any, what: str, received: int = 0, sent: int = 0, found: int = 0) -> None:
-    metrics = getattr(request.registry, "feed_metrics", None)
+    metrics = feed_state(request.registry).metrics
     observe = getattr(metrics, "observe_reconcile", None)
     if observe is not None:
         observe(feed.name, what, received, sent, found)

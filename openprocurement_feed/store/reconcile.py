@@ -51,8 +51,9 @@ from .buckets import (
     sum_group,
 )
 from .keeper_state import STATE_FIELDS, KeeperState
-from .orders import COMMIT, FeedNotReady, positions_name
 from .orders import STATE_ID as POSITIONS_STATE_ID
+from .orders import FeedNotReady, order_kind, positions_name
+from .positions import checkpoint_of
 
 #: What the client is asked to wait while the aggregates catch up.
 RETRY_AFTER_SECONDS = 1
@@ -303,7 +304,7 @@ class ReconcileSource:
                 keep = {**dict.fromkeys(STATE_FIELDS, 1), "kind": "aggregates"}
                 pipeline = [{"$match": {"_id": STATE_ID}}, {"$project": keep}]
                 stages.append({"$unionWith": {"coll": self.records.name, "pipeline": pipeline}})
-            if self.order == COMMIT:
+            if order_kind(self.order).sequenced:
                 pipeline = [
                     {"$match": {"_id": POSITIONS_STATE_ID}},
                     {"$project": {"checkpoint": 1, "kind": "positions"}},
@@ -313,7 +314,7 @@ class ReconcileSource:
             rows = {row.get("kind"): row for row in database.aggregate(stages)}
             now = rows.get("now", {}).get("now")
             self._now_us = micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
-            self._checkpoint = rows.get("positions", {}).get("checkpoint")
+            self._checkpoint = checkpoint_of(rows.get("positions"))
             self._state = KeeperState.from_document(rows.get("aggregates"))
         return self._state
 
@@ -321,7 +322,7 @@ class ReconcileSource:
         """The feed's own bound in µs: ``$$NOW - W`` (watermark order) or
         the start of the checkpoint's second (commit order)."""
         state = self._read_state()
-        if self.order == COMMIT:
+        if order_kind(self.order).sequenced:
             checkpoint = self._checkpoint
             if not isinstance(checkpoint, Timestamp):
                 raise FeedNotReady(self.collection.name)
