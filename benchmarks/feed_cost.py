@@ -42,6 +42,7 @@ from openprocurement_feed.demo import main
 from openprocurement_feed.demo.server import DemoServer
 from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.store.database import FeedStore
+from openprocurement_feed.store.state import feed_state
 
 from .common import median_ms, seed_tenders, status, table, timed
 
@@ -111,7 +112,7 @@ def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
     client: MongoClient = MongoClient(uri, event_listeners=[recorder], tz_aware=True)
     original = registry.feed_store
     settings = registry.feed_settings
-    registry.feed_store = FeedStore(
+    feed_state(registry).store = FeedStore(
         client,
         settings.db_name,
         watermark_seconds=settings.watermark_seconds,
@@ -121,7 +122,7 @@ def capture_page_queries(app: Any, path: str, uri: str) -> list[dict[str, Any]]:
         recorder.on = True
         app.get(path)
     finally:
-        registry.feed_store = original
+        feed_state(registry).store = original
         client.close()
     return recorder.finds
 

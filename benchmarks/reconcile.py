@@ -123,6 +123,7 @@ def served(database: EmbeddedServer, name: str, aggregates: bool) -> Iterator[tu
     from openprocurement_feed import shutdown
     from openprocurement_feed.demo import main
     from openprocurement_feed.store.database import FeedStore
+    from openprocurement_feed.store.state import feed_state
 
     settings = {
         "mongodb.uri": database.uri,
@@ -136,11 +137,11 @@ def served(database: EmbeddedServer, name: str, aggregates: bool) -> Iterator[tu
     original = registry.feed_store
     monitor = Monitor()
     client: MongoClient[Any] = MongoClient(database.uri, event_listeners=[monitor], tz_aware=True)
-    registry.feed_store = FeedStore(client, name, watermark_seconds=1.0)
+    feed_state(registry).store = FeedStore(client, name, watermark_seconds=1.0)
     try:
         yield TestApp(app), monitor, client
     finally:
-        registry.feed_store = original
+        feed_state(registry).store = original
         shutdown(registry)
         client.close()
 

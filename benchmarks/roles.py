@@ -24,7 +24,8 @@ from pymongo import MongoClient
 from openprocurement_feed import commit_collections, commit_listings, shutdown
 from openprocurement_feed.commit.sequencer import Sequencer
 from openprocurement_feed.embedded.server import EmbeddedServer
-from openprocurement_feed.roles import SEQUENCER, role_store
+from openprocurement_feed.roles import SEQUENCER
+from openprocurement_feed.store.state import role_store
 from openprocurement_feed.testing import make_settings
 
 from .common import table

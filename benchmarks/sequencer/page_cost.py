@@ -18,6 +18,7 @@ from openprocurement_feed.demo import main
 from openprocurement_feed.embedded.server import EmbeddedServer
 from openprocurement_feed.store.database import FeedStore
 from openprocurement_feed.store.orders import COMMITTED_TS
+from openprocurement_feed.store.state import feed_state
 
 from ..common import median_ms, seed_tenders, status, table, wall_and_cpu
 from .workload import COLLECTION, WATERMARK
@@ -102,7 +103,7 @@ def monitored_app(settings: Mapping[str, str], listener: QueryTimes) -> Any:
     feed_settings = registry.feed_settings
     registry.feed_store.close()
     client: MongoClient = MongoClient(settings["mongodb.uri"], event_listeners=[listener], tz_aware=True)
-    registry.feed_store = FeedStore(
+    feed_state(registry).store = FeedStore(
         client,
         feed_settings.db_name,
         watermark_seconds=feed_settings.watermark_seconds,
