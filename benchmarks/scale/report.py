@@ -1,0 +1,177 @@
+"""The one table of ``python -m benchmarks scale`` (rich, as the project's
+other tables): a column per size and order, a row per figure, the issue's
+goals and the ratios beside them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from .measure import OrderFigures
+from .paging import DIRECTIONS, PAGES
+
+#: The issue's goals (issue 43, "Done when").
+PAGE_CPU_GOAL = 2.0
+CRAWL_GOAL = 0.7
+IN_SYNC_GOAL = 2.0
+AGGREGATES_GOAL = 12.0
+VERIFY_SECONDS_GOAL = 60.0
+VERIFY_MB_GOAL = 500.0
+#: The sizes the ratios compare with.
+PAGE_BASE = 10_000
+RECONCILE_BASE = 100_000
+ROLES = ("server", "web (watermark)", "web (commit)", "sequencer")
+
+
+def _find(figures: Sequence[OrderFigures], size: int, order: str) -> OrderFigures | None:
+    return next((one for one in figures if one.size == size and one.order == order), None)
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base <= 0:
+        return None
+    return value / base
+
+
+def _x(value: float | None, goal: float, at_most: bool = True) -> str:
+    if value is None:
+        return "-"
+    ok = value <= goal if at_most else value >= goal
+    return f"{value:.2f}×" + ("" if ok else " ✗")
+
+
+def worst_page_ratio(figures: Sequence[OrderFigures], one: OrderFigures) -> float | None:
+    """The largest page DB CPU ratio against the same page at :data:`PAGE_BASE`."""
+    base = _find(figures, PAGE_BASE, one.order)
+    if base is None or base is one:
+        return None
+    ratios = [_ratio(page.cpu_ms, base.pages[name].cpu_ms) for name, page in one.pages.items() if name in base.pages]
+    found = [ratio for ratio in ratios if ratio is not None]
+    return max(found) if found else None
+
+
+def page_cell(name: str, one: OrderFigures) -> str:
+    page = one.pages.get(name)
+    return f"{page.cpu_ms:.1f} / {page.queries} / {page.examined:,}" if page else "-"
+
+
+def rss_cell(role: str, one: OrderFigures) -> str:
+    return f"{one.rss_mb.get(role, 0):.0f}"
+
+
+def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
+    """(figure, goal, a cell per column) in the table's order."""
+
+    def each(cell: Callable[[OrderFigures], str]) -> list[str]:
+        return [cell(one) for one in figures]
+
+    def against(one: OrderFigures, size: int, get: Callable[[OrderFigures], Any]) -> float | None:
+        """``one``'s figure ÷ the same figure at ``size`` (None at that size itself)."""
+        base = _find(figures, size, one.order)
+        return None if base is None or base is one else _ratio(get(one), get(base))
+
+    table: list[tuple[str, str, list[str]]] = [
+        ("build: insert_many (s)", "", each(lambda one: f"{one.build.get('insert', 0):.0f}")),
+        ("build: positions backfilled (s)", "", each(lambda one: f"{one.build.get('positions', 0):.0f}")),
+        ("build: aggregates built (s)", "", each(lambda one: f"{one.build.get('aggregates', 0):.0f}")),
+        (
+            f"aggregates' build ÷ at {RECONCILE_BASE:,}",
+            f"≤ {AGGREGATES_GOAL:g}×",
+            each(lambda one: _x(against(one, RECONCILE_BASE, lambda it: it.build.get("aggregates")), AGGREGATES_GOAL)),
+        ),
+    ]
+    for direction, _ in DIRECTIONS:
+        for page in PAGES:
+            name = f"{page} {direction}"
+            table.append(
+                (
+                    f"page {name}: DB CPU ms / queries / docs examined",
+                    "",
+                    each(partial(page_cell, name)),
+                )
+            )
+    table += [
+        (
+            f"page DB CPU ÷ at {PAGE_BASE:,} (worst page)",
+            f"≤ {PAGE_CPU_GOAL:g}×",
+            each(lambda one: _x(worst_page_ratio(figures, one), PAGE_CPU_GOAL)),
+        ),
+        (
+            "crawl: pages / total (s)",
+            "",
+            each(lambda one: f"{one.crawl.get('pages', 0):,} / {one.crawl.get('seconds', 0):.0f}"),
+        ),
+        (
+            "crawl: pages/s first / last tenth",
+            "",
+            each(lambda one: f"{one.crawl.get('first_tenth_pps', 0):.0f} / {one.crawl.get('last_tenth_pps', 0):.0f}"),
+        ),
+        (
+            "crawl: last ÷ first tenth",
+            f"≥ {CRAWL_GOAL:g}×",
+            each(
+                lambda one: _x(
+                    _ratio(one.crawl.get("last_tenth_pps"), one.crawl.get("first_tenth_pps")), CRAWL_GOAL, False
+                )
+            ),
+        ),
+        ("crawler's RSS (MB)", "", each(lambda one: f"{one.crawl.get('rss_mb', 0):.0f}")),
+        (
+            "rematerialize (s)",
+            "",
+            each(lambda one: f"{one.rematerialize['seconds']:.0f}" if one.rematerialize else "-"),
+        ),
+        (
+            "in-sync: rounds / docs returned / ms",
+            "1 round",
+            each(
+                lambda one: (
+                    f"{one.in_sync.get('rounds', '-')} / {one.in_sync.get('documents', '-')} / "
+                    f"{one.in_sync.get('seconds', 0) * 1000:.0f}"
+                )
+            ),
+        ),
+        (
+            f"in-sync docs ÷ at {RECONCILE_BASE:,}",
+            f"≤ {IN_SYNC_GOAL:g}×",
+            each(lambda one: _x(against(one, RECONCILE_BASE, lambda it: it.in_sync.get("documents")), IN_SYNC_GOAL)),
+        ),
+        (
+            "verify: s / client RSS MB",
+            f"≤ {VERIFY_SECONDS_GOAL:g} s, ≤ {VERIFY_MB_GOAL:g} MB",
+            each(
+                lambda one: (
+                    f"{one.verify.get('seconds', 0):.1f} / {one.verify.get('rss_mb', 0):.0f}"
+                    + ("" if one.verify.get("in_sync") else " (not in sync)")
+                    + (
+                        ""
+                        if one.verify.get("seconds", 0) <= VERIFY_SECONDS_GOAL
+                        and one.verify.get("rss_mb", 0) <= VERIFY_MB_GOAL
+                        else " ✗"
+                    )
+                )
+            ),
+        ),
+    ]
+    for role in ROLES:
+        table.append((f"RSS at the end: {role} (MB)", "", each(partial(rss_cell, role))))
+    return table
+
+
+def render(figures: Sequence[OrderFigures], title: str, stream: Any = None) -> None:
+    """Print the table on ``stream`` (stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    stream = stream or sys.stdout
+    table = Table(title=title)
+    table.add_column("figure", justify="left")
+    table.add_column("goal", justify="left")
+    for one in figures:
+        table.add_column(f"{one.size:,}\n{one.order}", justify="right")
+    for name, goal, cells in rows(figures):
+        table.add_row(name, goal, *cells)
+    console = Console(file=stream, width=None if stream.isatty() else 220)
+    console.print(table)
