@@ -154,3 +154,32 @@ def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(filled: F
     for name in ("forward", "descending"):
         assert figures[False, name] > 10 * 200, figures  # the rest of the feed, page after page
         assert figures[True, name] < 10 * 20 * 6, figures  # about the pages themselves
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 500])
+def test_an_ordered_scan_in_windows_reads_every_row_once_in_order(filled: FeedStore, chunk: int) -> None:
+    """The recovery's scan of a whole collection (scan_in_order): the rows
+    of one sorted read, in its order, each once (tie groups split across
+    chunks included), and no read gathers much more than its chunk."""
+    from openprocurement_feed.store.windows import scan_in_order
+
+    collection = filled.collection("tenders")
+    sort = [("public_modified", 1), ("_id", 1)]
+    query = {"is_public": True}
+    whole = [row["_id"] for row in collection.find(query, {"_id": 1}, sort=sort)]
+    sent: list[dict[str, Any]] = []
+
+    def run(windowed: Any, limit: int) -> list[dict[str, Any]]:
+        sent.append(dict(windowed))
+        return list(collection.find(windowed, {"_id": 1, "public_modified": 1}, sort=sort, limit=limit))
+
+    first = collection.find_one(query, {"public_modified": 1}, sort=sort)
+    scanned = [
+        row["_id"] for row in scan_in_order(run, query, "public_modified", chunk, lambda: first["public_modified"])
+    ]
+    assert len(whole) == 700
+    assert scanned == whole
+    if chunk == 13:
+        counts = [collection.count_documents(windowed) for windowed in sent]
+        assert max(counts) < 700, f"a read gathered all {max(counts)} matches: one sorted read of the whole"
+        assert sum(counts) < 6 * 700, f"the scan gathered {sum(counts)} matches for 700 rows"

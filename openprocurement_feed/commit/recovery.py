@@ -14,6 +14,7 @@ from pymongo import ASCENDING, DESCENDING
 from ..store.listing import STATE_LISTING, STATE_SEQ
 from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
 from ..store.positions import checkpoint_of
+from ..store.windows import CLOCK_MARGIN_SECONDS, read_windowed, scan_in_order
 from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
@@ -45,13 +46,20 @@ class CollectionRecovery(CollectionRematerializer):
     def _restamp(self, ceiling: Timestamp, floor: Timestamp | None, session: Any) -> int:
         counter = PositionCounter(ceiling, floor)
         projection = {"_id": 1, **{name: 1 for name in self.document_fields()}}
-        cursor = self.collection.find(
-            {"is_public": True},
-            projection,
-            sort=[(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)],
-            batch_size=RESTAMP_CHUNK,
-            session=session,
-        )
+        sort = [(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)]
+
+        def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+            return list(
+                self.collection.find(query, projection, sort=sort, limit=limit, batch_size=limit, session=session)
+            )
+
+        def lowest() -> Any:
+            first = run({"is_public": True}, 1)  # a stamp alone, once
+            return first[0].get(PUBLIC_MODIFIED) if first else None
+
+        # in windows of the stamp: the server never holds the whole
+        # collection's documents sorted for one cursor
+        cursor = scan_in_order(run, {"is_public": True}, PUBLIC_MODIFIED, RESTAMP_CHUNK, lowest)
         written = 0
         for chunk in chunks(cursor, RESTAMP_CHUNK):
             known = {
@@ -171,6 +179,23 @@ class CollectionRecovery(CollectionRematerializer):
             time.monotonic() - began,
         )
 
+    def newest_position(self) -> Timestamp | None:
+        """The highest position of any entry (public or not), read in windows
+        of the position down from the present on the positions' index: no
+        sort of every entry on a server that gathers them all first."""
+        sort = [(COMMITTED_TS, DESCENDING), ("_id", DESCENDING)]
+
+        def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+            return list(self.positions.find(query, {COMMITTED_TS: 1}, sort=sort, limit=limit))
+
+        above = Timestamp(int(time.time() + CLOCK_MARGIN_SECONDS), 0)
+        found = []
+        for public in (True, False):
+            query = {"is_public": public, COMMITTED_TS: {"$lt": above}}
+            rows, _ = read_windowed(run, query, COMMITTED_TS, True, 1, lambda: Timestamp(0, 0), None)
+            found += [row[COMMITTED_TS] for row in rows if isinstance(row.get(COMMITTED_TS), Timestamp)]
+        return max(found, default=None)
+
     def recover(self) -> Timestamp:
         """The resume point has left the oplog: give every document changed
         since a fresh position above every position written so far, turn
@@ -179,15 +204,9 @@ class CollectionRecovery(CollectionRematerializer):
         state = self.load_state()
         # Above every position written so far (a batch may have written its
         # entries past the saved token): a re-stamped entry always moves.
-        newest = self.positions.find_one(
-            {COMMITTED_TS: {"$type": "timestamp"}},
-            {COMMITTED_TS: 1},
-            sort=[(COMMITTED_TS, DESCENDING)],
-        )
+        newest = self.newest_position()
         floors = [
-            stamp
-            for stamp in (state.get("checkpoint"), state.get("token_ts"), (newest or {}).get(COMMITTED_TS))
-            if isinstance(stamp, Timestamp)
+            stamp for stamp in (state.get("checkpoint"), state.get("token_ts"), newest) if isinstance(stamp, Timestamp)
         ]
         floor = max(floors) if floors else Timestamp(0, 0)
         anchor, start = self._start_above(floor)

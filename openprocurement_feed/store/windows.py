@@ -22,7 +22,7 @@ never a row.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,3 +186,31 @@ def read_windowed(
         width = min(wanted, width * MAX_GROWTH)
         edge = other
         first = False
+
+
+def scan_in_order(
+    run: Run,
+    query: Mapping[str, Any],
+    key: str,
+    chunk: int,
+    lowest: Callable[[], Any],
+) -> Iterator[dict[str, Any]]:
+    """Every row of ``query`` in ``(key, _id)`` ascending order (the sort
+    ``run`` applies), read ``chunk`` rows at a time in windows of ``key``:
+    a whole collection's ordered scan without a sort of the whole collection
+    on a server that gathers every match before its limit.
+
+    Each read continues after the last row (key past its key, or at it with
+    a later ``_id``), so a row is read once. ``lowest`` gives the lowest key
+    of the rows (called once, where the first window starts). Rows without
+    the key are not read: a range on the key does not match them.
+    """
+    density: float | None = None
+    page: dict[str, Any] = dict(query)
+    while True:
+        rows, density = read_windowed(run, page, key, False, chunk, lowest, density)
+        yield from rows
+        if len(rows) < chunk:
+            return
+        last_key, last_id = rows[-1].get(key), rows[-1]["_id"]
+        page = {**query, "$or": [{key: {"$gt": last_key}}, {key: last_key, "_id": {"$gt": last_id}}]}
