@@ -9,11 +9,9 @@ Why one stream: a read of a change stream costs the server whatever it
 finds. On the embedded server a read opens the oplog afresh and decodes every
 entry written since, whichever collection it belongs to, so each stream of a
 database decoded each change of every collection, and a quiet collection's
-stream cost as much as a busy one's. Measured (a 20 KB tender saved 23 times
-a second in transactions; the database process's CPU per save): 6.5 ms with
-no other stream, 9.5 ms with the streams of two quiet collections read every
-50 ms beside it. One stream per database makes the sequencer's reads the same
-whatever the number of collections it follows.
+stream cost as much as a busy one's (docs/embedded.rst, "One change stream
+per database", has the figures). One stream per database makes the
+sequencer's reads the same whatever the number of collections it follows.
 
 Where it starts: each collection's :meth:`~.collection.CollectionSequencer.resume_point`
 (the time and resume token of the last event it handled, or its start, after

@@ -191,10 +191,8 @@ class EmbeddedServer:
         With ``retryWrites=false``: the server is a single node that never
         fails over, so a retryable write buys nothing there, and it records
         every one for 30 minutes (up to 10,000) and scans (past the cap,
-        sorts) all the records on each retryable write. Measured: 1500
-        ``save_data`` calls cost its CPU 3 ms each on a fresh server and 10 to
-        17 ms each after 9000 more, a cost every writer and the sequencer
-        paid for the others' writes; without retryable writes it stays flat.
+        sorts) all the records on each retryable write, a cost that grows
+        with the writes (docs/embedded.rst, "Retryable writes").
         """
         if self.port is None:
             raise EmbeddedServerError("The embedded server has not been started")
@@ -250,7 +248,7 @@ class EmbeddedServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            # The guard is ours (measured like the rest of the package); it
+            # The guard is ours (covered like the rest of the package); it
             # starts the server itself with server_environment().
             env=None if self._tmpdir else server_environment(),
         )
