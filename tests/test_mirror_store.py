@@ -107,6 +107,8 @@ def test_pages_written_behind_the_crawl_stop_at_a_failed_one(database_url: str) 
     with pytest.raises(Exception):  # noqa: B017 - and by every save after it
         sink.save(SyncState(feed=feed, forward_offset="4"))
     sink.close()
+    with pytest.raises(Exception):  # noqa: B017 - closed, it still writes nothing after the failed page
+        sink.save(SyncState(feed=feed, forward_offset="5"))
     assert store.count("tenders") == 5 and store.load_state("tenders")["next_offset"] == "1"  # type: ignore[index]
     assert sink.rows_written == 5
     store.close()

@@ -98,12 +98,12 @@ class PageSink:
         :raises sqlalchemy.exc.SQLAlchemyError: this write failed, or (behind)
             an earlier one did.
         """
+        self._raise()
         rows, self.pending = self.pending, []
         values = state_values(state, self.objects)
         if not self.behind:
             self._write(rows, values)
             return
-        self._raise()
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_pages, name=f"mirror-writer-{self.feed}", daemon=True)
             self._writer.start()
@@ -123,6 +123,7 @@ class PageSink:
         """Write what was handed over, then end the writer thread (the
         sink writes in the caller's thread after this)."""
         writer, self._writer = self._writer, None
+        self.behind = False
         if writer is not None:
             self._pages.put(None)
             writer.join()
