@@ -52,11 +52,13 @@ def operations(client: MongoClient[Any]) -> Counter[str]:
 
 def database_operations(
     embedded: EmbeddedServer, crawlers: list[Crawler], seconds: float, ready: Callable[[], bool] = lambda: True
-) -> Counter[str]:
-    """The operations the database runs over ``seconds`` while ``crawlers``
-    run (started here, after a second to settle and until ``ready``:
-    connections made, waiters registered); the two ``serverStatus`` of the
-    measure not counted."""
+) -> tuple[Counter[str], float]:
+    """The operations the database runs over about ``seconds`` while
+    ``crawlers`` run (started here, after a second to settle and until
+    ``ready``: connections made, waiters registered), the two
+    ``serverStatus`` of the measure not counted; and the seconds that
+    actually passed between them (a loaded machine oversleeps: a figure
+    bounded by time is bounded by the span measured, not the span asked)."""
     for crawler in crawlers:
         crawler.start()
     time.sleep(1.0)
@@ -66,13 +68,28 @@ def database_operations(
         time.sleep(0.05)
     with MongoClient(embedded.uri) as client:
         before = operations(client)
+        started = time.monotonic()
         time.sleep(seconds)
         after = operations(client)
+        elapsed = time.monotonic() - started
     for crawler in crawlers:
         crawler.stop()
     after.subtract(before)
     after["command"] -= 2  # the measure's own serverStatus
-    return after
+    return after, elapsed
+
+
+def poll_reads(embedded: EmbeddedServer, url: str, polls: int = 10) -> float:
+    """The database reads (``query`` + ``getmore``) of one poll of ``url``:
+    ``polls`` polls in a row, counted by the server (a count of reads, the
+    same on any machine)."""
+    with MongoClient(embedded.uri) as client:
+        before = operations(client)
+        for _ in range(polls):
+            assert requests.get(url, timeout=30).json()["data"] == [], "the feed was not quiet"
+        after = operations(client)
+    after.subtract(before)
+    return (after["query"] + after["getmore"]) / polls
 
 
 def test_50_waiters_cost_the_database_less_than_5_crawlers_polling_every_second(
@@ -86,11 +103,13 @@ def test_50_waiters_cost_the_database_less_than_5_crawlers_polling_every_second(
     spans): a waiter reads no page while it waits, and what the 50 cost is
     the notifier's one change stream on the checkpoint, read at most every
     :data:`~openprocurement_feed.longpoll.notifier.STREAM_AWAIT_MS` whoever
-    waits (a read ends early only on a write, and the feed is quiet); each
-    poll reads a page. By design the waiters read less than half what the
-    pollers do (a read per 250 ms against two per poll, five polls a
-    second); the test asserts less, which a poller would cross only if its
-    requests took over a second each. The sequencer, which positioned the feed's one tender, is
+    waits (a read ends early only on a write, and the feed is quiet), over
+    the span actually measured; each poll reads a page. The pollers are
+    weighed at their nominal rate (five polls a second, each costing the
+    reads a poll was counted to cost), not at the rate a loaded machine lets
+    them reach (a slow answer delays a poller's next poll, and would make
+    them look cheap): by design the waiters read less than half that (a
+    read per 250 ms against two per poll). The sequencer, which positioned the feed's one tender, is
     stopped before the measure: in production it runs in its own process
     and costs the same whoever crawls, and on the embedded server its paced
     reads would add to both figures.
@@ -115,14 +134,15 @@ def test_50_waiters_cost_the_database_less_than_5_crawlers_polling_every_second(
         base = f"{server.api_url}/tenders"
         first = requests.get(f"{base}?limit=1", timeout=10).json()["data"]
         assert [item["id"] for item in first] == [tender["id"]]
+        per_poll = poll_reads(own_database, base + f"?offset={offset}")
         pollers = [Crawler(base, offset, longpoll=False, interval=1.0) for _ in range(5)]
-        polling = database_operations(own_database, pollers, SPAN)
+        polling, polled = database_operations(own_database, pollers, SPAN)
         for crawler in pollers:
             crawler.join(10)
         notifier = server.registry.feed_longpoll
         # the waits outlast the span: no waiter asks again while measured
         waiters = [Crawler(base, offset, longpoll=True, timeout=SPAN + 30) for _ in range(50)]
-        waiting = database_operations(
+        waiting, waited = database_operations(
             own_database, waiters, SPAN, ready=lambda: notifier.counters("tenders").waiting == 50
         )
         assert notifier.counters("tenders").over_cap == 0, "some crawlers did not wait: over the cap"
@@ -135,22 +155,32 @@ def test_50_waiters_cost_the_database_less_than_5_crawlers_polling_every_second(
     assert polling["insert"] == polling["update"] == waiting["insert"] == waiting["update"] == 0, (
         "the feed was not quiet"
     )
-    figures = f"in {SPAN:g} s, 50 waiting crawlers: {dict(+waiting)}; 5 crawlers polling every second: {dict(+polling)}"
+    figures = (
+        f"in {waited:.1f} s, 50 waiting crawlers: {dict(+waiting)}; "
+        f"in {polled:.1f} s, 5 crawlers polling every second: {dict(+polling)}; a poll reads {per_poll:g} times"
+    )
+    print("\n" + figures)
     assert waiting["query"] == 0 < polling["query"], figures
-    watch_reads = math.ceil(SPAN * 1000 / STREAM_AWAIT_MS)
+    assert per_poll >= 1, figures
+    # the notifier's one stream, whoever waits: a read per STREAM_AWAIT_MS of the span measured
+    watch_reads = math.ceil(waited * 1000 / STREAM_AWAIT_MS)
     assert waiting["getmore"] <= watch_reads + 1, figures
-    assert waiting["query"] + waiting["getmore"] < polling["query"] + polling["getmore"], figures
+    # 5 pollers polling every second read 5 * per_poll times a second
+    assert waiting["query"] + waiting["getmore"] < 5 * per_poll * waited, figures
 
 
-def test_over_the_cap_ordinary_requests_still_answer_within_a_second(settings: dict[str, str]) -> None:
+def test_over_the_cap_ordinary_requests_still_find_a_free_thread(settings: dict[str, str]) -> None:
     """8 server threads, a cap of 4 waiters, 12 crawlers long-polling at the
-    head (those over the cap come back every second, as ``Retry-After``
-    asks).
+    head for 30 s (those over the cap come back every second, as
+    ``Retry-After`` asks).
 
-    The bound is about capacity, not speed: such a request takes a few
-    milliseconds when a thread is free, and without the cap the 12 waiters
-    would hold all 8 threads, so it would wait for a waiter's timeout
-    (10 s). Under a second means it found a free thread.
+    The proof is about capacity, not speed: without the cap the 12 waiters
+    would hold all 8 threads, and an ordinary request would wait in the
+    queue until a waiter's timeout freed one (30 s, the requests' own
+    timeout). Each request is answered while the same 4 wait, none of them
+    released (no timeout, no answer): it found a free thread. The time
+    each took is printed, not compared (a loaded machine takes what it
+    takes, and it is the waiters' events that say whether it queued).
     """
     server = DemoServer(dict(settings, **{"feed.longpoll_max_waiters": "4"}), threads=8).start()
     crawlers: list[Crawler] = []
@@ -159,14 +189,18 @@ def test_over_the_cap_ordinary_requests_still_answer_within_a_second(settings: d
         tender = requests.post(f"{api}/tenders", json={"data": {"title": "t"}}, timeout=10).json()["data"]
         time.sleep(float(settings["feed.watermark_seconds"]) + 0.2)
         offset = head(server)
-        crawlers = [Crawler(f"{api}/tenders", offset, longpoll=True, timeout=10) for _ in range(12)]
+        crawlers = [Crawler(f"{api}/tenders", offset, longpoll=True, timeout=30) for _ in range(12)]
         for crawler in crawlers:
             crawler.start()
         notifier = server.registry.feed_longpoll
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while notifier.waiting < 4 or notifier.counters("tenders").over_cap < 8:
             assert time.monotonic() < deadline, f"{notifier.waiting} waiting, {notifier.report()}"
             time.sleep(0.01)
+        counters = notifier.counters("tenders")
+        # the waiters answered (by a timeout, a write, their client gone), not the ones over the cap
+        released = lambda: counters.answered - counters.over_cap  # noqa: E731
+        assert released() == 0, notifier.report()
         timings = {}
         for number in range(3):
             for name, send in {
@@ -179,11 +213,13 @@ def test_over_the_cap_ordinary_requests_still_answer_within_a_second(settings: d
             }.items():
                 started = time.monotonic()
                 response = send()
-                timings[f"{name} #{number}"] = time.monotonic() - started
+                timings[f"{name} #{number}"] = round(time.monotonic() - started, 3)
                 assert response.status_code in (200, 201), response.text
-            assert notifier.waiting == 4, "the waiters were released meanwhile: the test measured nothing"
-        slowest = max(timings, key=timings.__getitem__)
-        assert timings[slowest] < 1.0, f"{slowest} took {timings[slowest]:.2f} s beside {notifier.waiting} waiters"
+                assert released() == 0 and notifier.waiting == 4, (
+                    f"{name} #{number} was answered once a waiter was released: it waited for its thread; "
+                    f"{notifier.report()}"
+                )
+        print(f"\nbeside {notifier.waiting} waiters: {timings}")
     finally:
         for crawler in crawlers:
             crawler.stop()
