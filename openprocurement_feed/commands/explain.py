@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from ..cli import CommandError
-from ..store.orders import COMMIT, ORDERS, WATERMARK, positions_name
+from ..store.orders import ORDERS, WATERMARK, order_kind, positions_name
 from .options import PAGE_LIMIT, Flag, add_command, positive_int
 
 
@@ -99,7 +99,7 @@ def check_collections(names: list[str], args: argparse.Namespace) -> None:
     if args.collection not in names:
         raise CommandError(f"no collection {args.collection!r} in database {args.db!r} (check --db and --collection)")
     positions = positions_name(args.collection)
-    if args.order == COMMIT and positions not in names:
+    if order_kind(args.order).sequenced and positions not in names:
         raise CommandError(
             f"no positions collection {positions!r} in database {args.db!r}: is the feed of "
             f"{args.collection!r} commit-ordered (feed.order = commit), and has its sequencer "
