@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from . import measure
 from .build import ORDERS, built, say
 from .measure import OrderFigures, full_crawl, in_sync, rematerialize, verify
 from .paging import PageFigure, pages
@@ -153,8 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="print (and --plot) saved figures instead of running",
     )
     parser.add_argument("--plot", default=None, metavar="FILE", help="also draw the figure into FILE (.svg or .png)")
+    parser.add_argument(
+        "--crawl-seconds",
+        type=float,
+        default=measure.CRAWL_SECONDS,
+        metavar="S",
+        help="stop a full crawl after S seconds, its figures then of the pages read; 0: never (default: %(default)s)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="the temporary folder's parent")
     args = parser.parse_args(argv)
+    measure.CRAWL_SECONDS = args.crawl_seconds
     if args.load:
         figures = [one for path in args.load for one in load(path)]
         render(figures, title(sorted({one.size for one in figures})))

@@ -49,9 +49,15 @@ class OrderFigures:
     rss_mb: dict[str, float] = field(default_factory=dict)
 
 
+#: Seconds a full crawl may take before it is stopped (``--crawl-seconds``).
+CRAWL_SECONDS = 900.0
+
+
 def full_crawl(build: Build, order: str) -> dict[str, Any]:
-    """The reference crawler from an empty state to the end of the history."""
-    command = [sys.executable, "-m", "benchmarks.scale.crawler", build.url(order), str(LIMIT)]
+    """The reference crawler from an empty state to the end of the history
+    (or for :data:`CRAWL_SECONDS`: then its figures are those of the pages it
+    read, ``stopped`` says so)."""
+    command = [sys.executable, "-m", "benchmarks.scale.crawler", build.url(order), str(LIMIT), str(CRAWL_SECONDS)]
     code, out, rss_kb, _ = run_measured(command)
     if code != 0:
         raise RuntimeError(f"the crawl of {build.url(order)} exited with {code}: {out[-2000:]}")

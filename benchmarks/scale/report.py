@@ -101,7 +101,12 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
         (
             "crawl: pages / total (s)",
             "",
-            each(lambda one: f"{one.crawl.get('pages', 0):,} / {one.crawl.get('seconds', 0):.0f}"),
+            each(
+                lambda one: (
+                    f"{one.crawl.get('pages', 0):,} / {one.crawl.get('seconds', 0):.0f}"
+                    + (f" (stopped, {one.crawl.get('items', 0) / one.size:.0%})" if one.crawl.get("stopped") else "")
+                )
+            ),
         ),
         (
             "crawl: pages/s first / last tenth",
