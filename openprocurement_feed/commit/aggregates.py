@@ -50,17 +50,15 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from itertools import chain, islice
 from typing import Any
 
-from pymongo import InsertOne, ReplaceOne, UpdateOne
+from pymongo import UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from ..reconcile.records import micros
 from ..store.buckets import (
     DATE_MODIFIED,
     INDEX_KEYS,
@@ -69,7 +67,6 @@ from ..store.buckets import (
     STATE_ID,
     Delta,
     Record,
-    add_delta,
     delta_updates,
     emptied_buckets,
     reconcile_name,
@@ -77,6 +74,15 @@ from ..store.buckets import (
     stored_record,
 )
 from ..store.keeper_state import STATE_FIELDS, KeeperState
+from .aggregate_writes import (
+    KeeperStats,
+    add_deltas,
+    complete_point,
+    event_wall_us,
+    merge_newest,
+    now_us,
+    record_writes,
+)
 from .lease import Lease
 
 log = logging.getLogger("openprocurement_feed.aggregates")
@@ -110,34 +116,6 @@ SWEEP_SECONDS = 60.0
 SWEEP_BUCKETS = 5000
 #: Bucket upserts per write when a build's buckets are written.
 BUCKET_CHUNK = 1000
-
-
-def now_us() -> int:
-    """The local clock in µs since the epoch."""
-    return time.time_ns() // 1000
-
-
-def event_wall_us(event: Mapping[str, Any]) -> int | None:
-    """An event's ``wallTime`` in µs (exactly), None without one."""
-    wall = event.get("wallTime")
-    return micros(wall) if isinstance(wall, datetime) else None
-
-
-class KeeperStats:
-    """What a keeper did, for tests and benchmarks."""
-
-    def __init__(self) -> None:
-        self.batches = 0
-        self.records = 0
-        self.buckets = 0
-        self.scanned = 0
-        self.errors = 0
-        self.last_error = ""
-        #: old records read from the database (not found in memory)
-        self.reads = 0
-        self.swept = 0
-        #: records of documents gone or no longer public, found by catch-ups
-        self.vanished = 0
 
 
 class AggregateKeeper:
@@ -218,14 +196,14 @@ class AggregateKeeper:
         if self.behind and self.scan is None:
             self._start_scan()
         changed = self.buffer
-        self._merge(changed, self._records_of_events(events).values())
+        merge_newest(changed, self._records_of_events(events).values())
         scanned = False
         budget = QUIET_SCAN_SECONDS if caught_up and not events else SCAN_SECONDS
         while self.scan is not None:
             if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= budget):
                 break
             scanned = True
-            self._merge(changed, self._scan_chunk())
+            merge_newest(changed, self._scan_chunk())
             if len(changed) >= SCAN_CHUNK:
                 self._apply(changed, {})
                 changed.clear()
@@ -238,7 +216,7 @@ class AggregateKeeper:
             return  # coalesced with the next batches (the state's point waits for them)
         state: dict[str, Any] = {"foreign": True} if self.foreign else {}
         if not self.behind:
-            state["wall"] = {"$max": [{"$ifNull": ["$wall", 0]}, self._point(events, caught_up, began)]}
+            state["wall"] = {"$max": [{"$ifNull": ["$wall", 0]}, complete_point(events, caught_up, began)]}
             if not self.built:
                 state["built"] = LAYOUT
         sweep = self.emptied and (
@@ -249,28 +227,6 @@ class AggregateKeeper:
         self.last_state = time.monotonic()
         if state.get("built"):
             self.built = True
-
-    @staticmethod
-    def _merge(changed: dict[str, Record], records: Iterable[Record]) -> None:
-        """Keep the newest version of each object."""
-        for record in records:
-            current = changed.get(record.id)
-            if current is None or record.version >= current.version:
-                changed[record.id] = record
-
-    @staticmethod
-    def _point(events: Sequence[Mapping[str, Any]], caught_up: bool, began: float) -> Any:
-        """Up to when (µs, the database's clock) every change is in the
-        aggregates once this batch is: a batch known caught up covers
-        everything committed before its empty read (the database's time now,
-        less the time since then and a margin); any other, its last event's
-        time less a millisecond (its last millisecond may go on in the next
-        batch). A ``$set`` expression."""
-        walls = [wall for wall in (event_wall_us(event) for event in events) if wall is not None]
-        if not caught_up and walls:
-            return {"$literal": max(walls) - 1000}
-        since_ms = int((time.monotonic() - began) * 1000) + 50
-        return {"$multiply": [{"$subtract": [{"$toLong": "$$NOW"}, since_ms]}, 1000]}
 
     def _records_of_events(self, events: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
         """One record per object: its newest event's."""
@@ -411,36 +367,12 @@ class AggregateKeeper:
 
         def write(session: Any) -> None:
             self.lease.check(session)
-            operations: list[Any] = []
-            deltas: Delta = {}
-            records = 0
-            old = self._old_records(list(changed), session)
-            for object_id, record in changed.items():
-                before = old.get(object_id)
-                if before is not None and before.version > record.version:
-                    continue  # an older version than the one kept
-                if record.same(before):
-                    if before is not None and record.version > before.version:
-                        operations.append(UpdateOne({"_id": object_id}, {"$set": {"v": record.version}}))
-                        written[object_id] = record
-                    continue
-                if before is not None and before.shown:
-                    add_delta(deltas, before, -1)
-                if record.shown:
-                    add_delta(deltas, record, 1)
-                document = record.document()
-                if before is None:
-                    operations.append(InsertOne(document))
-                else:
-                    operations.append(ReplaceOne({"_id": object_id}, document))
-                written[object_id] = record
-                records += 1
+            writes = record_writes(changed, self._old_records(list(changed), session))
+            written.update(writes.written)
+            operations, deltas = writes.operations, writes.deltas
             buckets: list[Any] = []
             if self.build_ids is not None and not finishing:
-                for key, values in deltas.items():
-                    total = self.build_deltas.setdefault(key, [0] * len(values))
-                    for i, value in enumerate(values):
-                        total[i] += value
+                add_deltas(self.build_deltas, deltas)
             else:
                 buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
             operations.extend(buckets)
@@ -453,7 +385,7 @@ class AggregateKeeper:
                 # a bucket whose last record left it is removed: the
                 # collection grows with the objects, not with the changes
                 self.records.delete_many({"_id": {"$in": swept[start : start + READ_CHUNK]}, "n": 0}, session=session)
-            self.stats.records += records
+            self.stats.records += writes.replaced
             self.stats.buckets += len(buckets)
             if buckets:
                 self.emptied.update(emptied_buckets(deltas))
