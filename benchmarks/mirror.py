@@ -15,7 +15,9 @@ database takes most of an hour for a page-by-page crawl of 100,000 tenders.
   position after it in one transaction, written behind the next page's
   request), both from scratch at ``limit`` 100, :data:`ROUNDS` times each,
   alternating: pages per second (the median) and the ratio (the median of
-  the rounds' ratios, and their range);
+  the rounds' ratios, and their range); and the ratio of the mirror with
+  ``synchronous = FULL`` (each page's commit synced, as ``sync --out``
+  syncs each page);
 * the in-sync check: ``openprocurement-feed verify URL --db FILE`` in a
   child process on the mirror just made: its check's time, the command's
   wall time and its peak RSS. A feed of more than :data:`CRAWL_UP_TO`
@@ -152,6 +154,8 @@ class CatchUp:
     sync_cpu: list[float] = field(default_factory=list)
     mirror_wall: list[float] = field(default_factory=list)
     mirror_cpu: list[float] = field(default_factory=list)
+    #: the mirror with ``synchronous = FULL``: each page's commit synced, as ``sync --out`` syncs each page
+    full_wall: list[float] = field(default_factory=list)
 
 
 def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> CatchUp:
@@ -174,20 +178,24 @@ def catch_up(url: str, folder: Path, count: int, rounds: int = ROUNDS) -> CatchU
         figures.pages = stats.pages
         for path in (out, folder / "state.json"):
             path.unlink()
-        for path in folder.glob("mirror.db*"):
-            path.unlink()
-        store = MirrorStore.open(str(folder / "mirror.db"))
-        store.create_schema()
-        with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
-            started, cpu = time.perf_counter(), time.process_time()
-            mirror.run(once=True)
-            figures.mirror_wall.append(time.perf_counter() - started)
-            figures.mirror_cpu.append(time.process_time() - cpu)
-            assert store.count("tenders") == count
+        for synchronous in ("FULL", "NORMAL"):  # the NORMAL one stays for the check
+            for path in folder.glob("mirror.db*"):
+                path.unlink()
+            store = MirrorStore.open(str(folder / "mirror.db"), synchronous=synchronous)
+            store.create_schema()
+            with store, Mirror(url, store, verify_every=0, limit=LIMIT) as mirror:
+                started, cpu = time.perf_counter(), time.process_time()
+                mirror.run(once=True)
+                if synchronous == "FULL":
+                    figures.full_wall.append(time.perf_counter() - started)
+                else:
+                    figures.mirror_wall.append(time.perf_counter() - started)
+                    figures.mirror_cpu.append(time.process_time() - cpu)
+                assert store.count("tenders") == count
         status(
             f"mirror, {count}, round {number + 1}: sync {figures.sync_wall[-1]:.2f} s "
             f"(CPU {figures.sync_cpu[-1]:.2f} s), mirror {figures.mirror_wall[-1]:.2f} s "
-            f"(CPU {figures.mirror_cpu[-1]:.2f} s), {figures.pages} pages"
+            f"(CPU {figures.mirror_cpu[-1]:.2f} s), mirror FULL {figures.full_wall[-1]:.2f} s, {figures.pages} pages"
         )
     return figures
 
@@ -259,6 +267,8 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                     sync_rate = f"{figures.pages / statistics.median(figures.sync_wall):.0f}"
                     mirror_rate = f"{figures.pages / statistics.median(figures.mirror_wall):.0f}"
                     ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                    full = [one / other for one, other in zip(figures.sync_wall, figures.full_wall, strict=True)]
+                    ratio_full = f"{statistics.median(full):.2f} ({min(full):.2f}-{max(full):.2f})"
                     cpu = (
                         f"{1000 * statistics.median(figures.sync_cpu) / figures.pages:.2f} / "
                         f"{1000 * statistics.median(figures.mirror_cpu) / figures.pages:.2f}"
@@ -267,7 +277,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                 else:
                     seconds = build_directly(folder / "mirror.db", url, count, start)
                     status(f"mirror, {count}: written straight into feed_objects in {seconds:.1f} s")
-                    sync_rate = mirror_rate = ratio = cpu = "-"
+                    sync_rate = mirror_rate = ratio = ratio_full = cpu = "-"
                     how = "inserted"
                 check_seconds, wall, rss, rounds_of_check = check(url, folder)
         finally:
@@ -280,6 +290,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                 sync_rate,
                 mirror_rate,
                 ratio,
+                ratio_full,
                 cpu,
                 f"{check_seconds:.2f}",
                 f"{wall:.2f}",
@@ -295,6 +306,7 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
                 "sync --out pages/s",
                 "mirror pages/s",
                 "ratio (min-max)",
+                "ratio, mirror FULL",
                 "CPU ms/page sync / mirror",
                 "check s",
                 "verify --db wall s",
@@ -305,7 +317,8 @@ def run(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> None:
         )
     )
     print(f"(limit {LIMIT}; pages/s: the median of {rounds} rounds, sync and mirror alternating; ratio: the")
-    print(" median of the rounds' mirror/sync speed ratios, their range in brackets; CPU: the client process's")
+    print(" median of the rounds' mirror/sync speed ratios, their range in brackets; mirror FULL: the mirror with")
+    print(" synchronous = FULL, each page's commit synced as sync --out syncs each page; CPU: the client process's")
     print(" (the mirror's writer thread included), the median of the rounds; 'inserted': rows written")
     print(" straight into feed_objects, no crawl, checked against the stand-in's reconcile endpoint holding")
     print(" the same records; peak RSS of the verify --db process, its Python, SQLAlchemy and the check)")

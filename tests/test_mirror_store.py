@@ -98,6 +98,7 @@ def test_pages_written_behind_the_crawl_stop_at_a_failed_one(database_url: str) 
     bad = {"id": None, "date_modified": "x", "modified_us": START, "data": {}}  # violates NOT NULL
     sink.pending = random_rows(5, seed=3)
     sink.save(SyncState(feed=feed, forward_offset="1"))
+    sink.flush()  # else it may wait for the writer with the next, and fail with it
     sink.pending = [*random_rows(5, seed=4), bad]
     sink.save(SyncState(feed=feed, forward_offset="2"))
     with pytest.raises(Exception):  # noqa: B017 - the database's own error, raised by the save or the flush
@@ -111,6 +112,34 @@ def test_pages_written_behind_the_crawl_stop_at_a_failed_one(database_url: str) 
         sink.save(SyncState(feed=feed, forward_offset="5"))
     assert store.count("tenders") == 5 and store.load_state("tenders")["next_offset"] == "1"  # type: ignore[index]
     assert sink.rows_written == 5
+    store.close()
+
+
+def test_pages_that_wait_for_the_writer_go_in_one_transaction(database_url: str) -> None:
+    """While another transaction holds the feed's state row, the pages
+    handed over wait; then they are written together, their rows and the
+    last position in one transaction."""
+    from sqlalchemy import text
+
+    store = open_store(database_url)
+    sink = PageSink(store, "tenders")
+    feed = FeedIdentity(url="http://x/tenders")
+    pages = [random_rows(20, seed=10 + number) for number in range(5)]
+    sink.pending = list(pages[0])
+    sink.save(SyncState(feed=feed, forward_offset="1"))
+    sink.flush()
+    with store.engine.connect() as locker:
+        locker.begin()
+        locker.execute(text("UPDATE feed_state SET restarts = restarts WHERE feed = 'tenders'"))
+        for number, rows in enumerate(pages[1:], 2):
+            sink.pending = list(rows)
+            sink.save(SyncState(feed=feed, forward_offset=str(number)))
+        assert store.load_state("tenders")["next_offset"] == "1"  # type: ignore[index]
+        locker.rollback()
+    sink.flush()
+    sink.close()
+    assert store.count("tenders") == 100 and store.load_state("tenders")["next_offset"] == "5"  # type: ignore[index]
+    assert sink.rows_written == 100 and 2 <= sink.commits <= 3
     store.close()
 
 

@@ -9,14 +9,18 @@ The writes happen behind the crawl (``behind=True``, the default): a save
 hands the page's rows and the position after it to a writer thread and
 returns, so the next page's request overlaps this page's transaction (the
 database's work and the HTTP wait release the interpreter's lock). At most
-two pages are in hand: one being written, one waiting; a third save waits.
-The transactions are the same and commit in the pages' order, so a
-``kill -9`` still loses nothing (a page handed over but not committed is not
-in the position either: it is read again) and takes no row back. A write
-that fails stops the writer for good: the pages after it are never written
-(their position would skip the failed page's rows), and the error is raised
-by the next save or :meth:`PageSink.flush`. Whoever reads the database
-(a check, the end of a run) calls :meth:`PageSink.flush` first.
+:data:`GROUP` pages wait; a further save waits for room. Pages that wait
+together are written together: their rows and the position after the last
+in one transaction (a writer that falls behind, on a busy machine or a
+distant PostgreSQL, commits less often). The transactions commit in the
+pages' order, and each holds the rows of every page below the position it
+writes, so a ``kill -9`` still loses nothing (a page handed over but not
+committed is not in the position either: it is read again) and takes no row
+back. A write that fails stops the writer for good: the pages after it are
+never written (their position would skip the failed page's rows), and the
+error is raised by the next save or :meth:`PageSink.flush`. Whoever reads
+the database (a check, the end of a run) calls :meth:`PageSink.flush`
+first.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from .store import MirrorStore, Row, row_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PageSink"]
+__all__ = ["GROUP", "PageSink"]
+
+#: Pages waiting for the writer at most; those waiting are written together.
+GROUP = 4
 
 
 class PageSink:
@@ -45,10 +52,11 @@ class PageSink:
         self.objects = objects
         self.behind = behind
         self.pending: list[Row] = []
-        #: rows written (committed) so far
+        #: rows written (committed) so far, and the transactions that wrote them
         self.rows_written = 0
+        self.commits = 0
         self.skipped = 0
-        self._pages: queue.Queue[tuple[list[Row], dict[str, Any]] | None] = queue.Queue(maxsize=1)
+        self._pages: queue.Queue[tuple[list[Row], dict[str, Any]] | None] = queue.Queue(maxsize=GROUP)
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -131,23 +139,33 @@ class PageSink:
     def _write(self, rows: list[Row], values: dict[str, Any]) -> None:
         self.store.write_page(self.feed, rows, values)
         self.rows_written += len(rows)
+        self.commits += 1
 
     def _write_pages(self) -> None:
-        """The writer thread: the pages in their order; after a failure,
-        none (see the module)."""
+        """The writer thread: the pages in their order, those waiting
+        together (up to :data:`GROUP`: their rows and the position after
+        the last in one transaction); after a failure, none (see the
+        module)."""
         while True:
-            page = self._pages.get()
+            group = [self._pages.get()]
+            while group[-1] is not None and len(group) < GROUP:
+                try:
+                    group.append(self._pages.get_nowait())
+                except queue.Empty:
+                    break
+            pages = [page for page in group if page is not None]
             try:
-                if page is None:
-                    return
-                if self._error is None:
+                if pages and self._error is None:
                     try:
-                        self._write(*page)
+                        self._write([row for rows, _ in pages for row in rows], pages[-1][1])
                     except BaseException as error:  # raised in the crawl's thread
                         log.error("%s: a page could not be written: %s", self.feed, error)
                         self._error = error
             finally:
-                self._pages.task_done()
+                for _ in group:
+                    self._pages.task_done()
+            if group[-1] is None:
+                return
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -125,8 +125,9 @@ class MirrorStore:
         return self.engine.dialect.name
 
     @classmethod
-    def open(cls, url: str, must_exist: bool = False) -> MirrorStore:
+    def open(cls, url: str, must_exist: bool = False, synchronous: str = "NORMAL") -> MirrorStore:
         """The database at ``url``, its schema checked; nothing is written.
+        ``synchronous``: SQLite's setting (:func:`~.schema.make_engine`).
 
         :raises MirrorError: another scheme, unreachable (SQLite: no such
             folder, or a file that is not a database), a schema of another
@@ -142,8 +143,8 @@ class MirrorStore:
             if not os.path.exists(path):
                 if must_exist:
                     raise MirrorError(f"cannot open the database {where}: no such file")
-                return cls(make_engine(parsed), where)  # made by create_schema
-        store = cls(make_engine(parsed), where)
+                return cls(make_engine(parsed, synchronous), where)  # made by create_schema
+        store = cls(make_engine(parsed, synchronous), where)
         try:
             store.ready = store.check_schema(must_exist)
         except BaseException:
