@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bson.timestamp import Timestamp
 from pymongo.errors import PyMongoError
@@ -31,9 +31,6 @@ from pymongo.read_concern import ReadConcern
 from ..store.orders import PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name, read_checkpoint
 from ..store.positions import CHECKPOINT
 from .waiters import Watch
-
-if TYPE_CHECKING:
-    from .notifier import LongPollNotifier
 
 log = logging.getLogger("openprocurement_feed.longpoll")
 
@@ -49,6 +46,35 @@ WAKE_MARGIN = 0.003
 MAX_PENDING = 64
 
 
+class WatcherHost(Protocol):
+    """What a watcher asks of the notifier that holds the waiters
+    (:class:`~.notifier.LongPollNotifier`)."""
+
+    store: Any
+    interval: float
+    watermark_interval: float
+    watermark_seconds: float
+    polls: int
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def cond(self) -> threading.Condition: ...
+
+    def watches(self) -> list[Watch]: ...
+
+    def idle(self, watch: Watch) -> bool: ...
+
+    def busy(self, watch: Watch) -> bool: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+    def read_bound(self, watch: Watch) -> None: ...
+
+    def advance(self, watch: Watch, bound: Timestamp | float) -> None: ...
+
+
 class Watcher:
     """Follows the bounds of one order's watches for ``notifier``."""
 
@@ -57,7 +83,7 @@ class Watcher:
     #: visible to its page yet)
     recheck = False
 
-    def __init__(self, notifier: LongPollNotifier) -> None:
+    def __init__(self, notifier: WatcherHost) -> None:
         self.notifier = notifier
 
     def start(self, watch: Watch) -> None:
@@ -165,7 +191,7 @@ class StampWatcher(Watcher):
 
     recheck = True
 
-    def __init__(self, notifier: LongPollNotifier) -> None:
+    def __init__(self, notifier: WatcherHost) -> None:
         super().__init__(notifier)
         self.thread: threading.Thread | None = None
 

@@ -35,7 +35,6 @@ UTILITY_NAME = "openprocurement_feed.state"
 
 if TYPE_CHECKING:
     from ..settings import FeedSettings
-    from .backend import HostStore
 
 #: The registry attribute each documented field is aliased as.
 ALIASES = {
@@ -68,7 +67,7 @@ class FeedState:
     #: :class:`~.backend.HostStore`)
     store: Any = None
     #: the host's store given to ``config.set_feed_store`` (None: the package makes its own)
-    host_store: HostStore | None = None
+    host_store: Any = None
     #: the embedded database server (:class:`~openprocurement_feed.embedded.server.EmbeddedServer`)
     embedded: Any = None
     #: the in-process :class:`~openprocurement_feed.commit.sequencer.Sequencer`
