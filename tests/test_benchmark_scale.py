@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import scale
-from benchmarks.scale import paging
+from benchmarks.scale import paging, run
 from benchmarks.scale.report import rows
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -45,12 +44,12 @@ def test_the_scale_benchmark_prints_its_table_at_a_tiny_size(
     monkeypatch.setattr(paging, "BUDGET_SECONDS", 0.05)
     monkeypatch.setattr(paging, "MIN_READS", 1)
     saved = tmp_path / "scale.jsonl"
-    assert scale.main(["--sizes", "300", "--save", str(saved), "--workdir", str(tmp_path)]) == 0
+    assert run.main(["--sizes", "300", "--scale-save", str(saved), "--scale-workdir", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     for row in ROWS:
         assert row in printed, printed
     assert "300" in printed and "watermark" in printed and "commit" in printed
-    figures = scale.load(saved)
+    figures = run.load(saved)
     assert [(one.size, one.order) for one in figures] == [(300, "watermark"), (300, "commit")]
     for one in figures:
         assert len(one.pages) == 6

@@ -27,6 +27,7 @@ from openprocurement_feed.store.database import FeedStore
 from openprocurement_feed.store.orders import positions_name
 
 from ..reconcile import Monitor
+from . import cli
 from .build import DB_NAME, PREFIX, Build, environment, say
 from .paging import LIMIT, PageFigure
 
@@ -50,7 +51,7 @@ class OrderFigures:
 
 
 #: Seconds a full crawl may take before it is stopped (``--crawl-seconds``).
-CRAWL_SECONDS = 900.0
+CRAWL_SECONDS = cli.CRAWL_SECONDS
 
 
 def full_crawl(build: Build, order: str) -> dict[str, Any]:
