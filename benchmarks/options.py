@@ -11,6 +11,7 @@ from pathlib import Path
 from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
 
 from .registry import PARTS
+from .scale.cli import add_scale_options
 
 #: The feed's orders, as the reconcile parts name them.
 ORDERS = ("watermark", "commit")
@@ -242,6 +243,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="seconds each CPU row's crawlers wait at the head (default: %(default)s; the issue's figure: 30)",
     )
     add_soak_options(parser)
+    add_scale_options(parser)
     parser.add_argument(
         "--mirror-sizes",
         type=lambda value: tuple(positive_int(part) for part in value.split(",")),

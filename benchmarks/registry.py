@@ -105,6 +105,7 @@ PARTS: tuple[Part, ...] = (
     Part("embedded-leak", "embedded_leak", lambda m, a: m.run()),
     Part("mirror", "mirror", lambda m, a: m.run(a.mirror_sizes)),
     Part("soak", "soak", lambda m, a: m.run(a), exits=True),
+    Part("scale", "scale.run", lambda m, a: m.from_args(a)),
 )
 
 
