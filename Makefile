@@ -23,7 +23,7 @@ MATRIX_PATH := $(subst $(space),:,$(strip $(wildcard $(PYENV_ROOT)/versions/3.1[
 
 
 .PHONY: test-unit test-stress soak
-.PHONY: run test lint matrix docs race bench load check-feed clean dist test-alerts fuzz test-ops plots faults
+.PHONY: run test lint matrix docs race bench load scale check-feed clean dist test-alerts fuzz test-ops plots faults
 .PHONY: interop
 
 $(BIN)/python:
@@ -122,6 +122,11 @@ bench: $(STAMP_TEST)
 
 load: $(STAMP_TEST)
 	$(BIN)/python -m benchmarks load $(ARGS)
+
+# A million tenders (docs/scale.rst): 10,000, 100,000 and 1,000,000 by
+# default (ARGS="--sizes 10000,100000"); hours at a million.
+scale: $(STAMP_TEST)
+	$(BIN)/python -m benchmarks scale $(ARGS)
 
 # The steady state (benchmarks/soak; docs/operations.rst, "The steady
 # state"): the production shape under the seed's load for SOAK_MINUTES,
