@@ -31,7 +31,7 @@ beside 10 feed pages', and the aggregates' cost per patch in both orders),
 and without), ``mirror`` (catching up into SQLite against ``sync --out``, and an in-sync
 check of an SQLite mirror, at ``--mirror-sizes``), ``soak`` (the
 production shape for an hour under the seed's load: memory, descriptors,
-connections, collection sizes, delays and their slopes; ``make soak``).
+connections, collection sizes, delays and their slopes; ``make soak``), ``scale`` (a million tenders; ``make scale``).
 Without a part,
 ``cost``, ``plans``, ``codec``, ``sync``, ``sequencer``, ``metrics``, ``orders`` and ``host`` run
 (``make bench``); ``make load`` runs ``load``.
