@@ -35,6 +35,7 @@ from pymongo import MongoClient
 
 from openprocurement_feed.demo.load import sample_tender
 from openprocurement_feed.embedded.server import EmbeddedServer, free_port
+from openprocurement_feed.settings import parse_settings
 from openprocurement_feed.store.listing import STATE_SEQ
 from openprocurement_feed.store.orders import STATE_ID, positions_name
 
@@ -47,9 +48,6 @@ PREFIX = "/api/2.5"
 #: Seconds of ``public_modified`` between two tenders (a million: a year).
 SPACING_SECONDS = 30.0
 BATCH = 1000
-#: The embedded server's oplog bound: the package's default
-#: (``mongodb.embedded_oplog_max_entries``).
-OPLOG_MAX_ENTRIES = 20_000
 #: Seconds the build may take before the run gives up.
 BUILD_TIMEOUT = 6 * 3600.0
 
@@ -291,7 +289,9 @@ def wait_sequenced(build: Build) -> None:
 @contextlib.contextmanager
 def built(size: int, folder: Path) -> Iterator[Build]:
     """The served feed of ``size`` tenders (its processes stopped after)."""
-    flags = ("--oplog-max-entries", str(OPLOG_MAX_ENTRIES))
+    # the bounds the package gives the embedded server (oplog entries and
+    # age, cache: mongodb.embedded_*), as under make run
+    flags = parse_settings({"mongodb.uri": "embedded://"}, {}).embedded_args
     folder.mkdir(parents=True, exist_ok=True)
     database = EmbeddedServer(startup_timeout=60, extra_args=flags)
     build = Build(size, folder, database, items_file=folder / "copy.jsonl")
