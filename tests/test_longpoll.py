@@ -134,9 +134,10 @@ def test_other_feed_values_and_a_timeout_without_longpoll_are_ignored(demo_app: 
 
 def test_links_echo_longpoll_forward_only(demo_app: Any, put_docs: Callable[..., Any]) -> None:
     docs = put_docs([1000.0, 1001.0])
-    started = time.monotonic()
+    notifier = demo_app.app.registry.feed_longpoll
     page = demo_app.get(TENDERS, {"feed": "longpoll", "timeout": "20.0", "limit": "1", "offset": "999.5"}).json
-    assert time.monotonic() - started < 5, "a page with items must be answered at once"
+    # answered at once: no wait began (a count, not a time a loaded machine may stretch)
+    assert notifier.counters("tenders").answered == 0, "a page with items must be answered at once"
     assert [item["id"] for item in page["data"]] == [docs[0]["_id"]]
     next_path = page["next_page"]["path"]
     assert "feed=longpoll" in next_path and "timeout=20&" in next_path + "&"
@@ -148,9 +149,9 @@ def test_links_echo_longpoll_forward_only(demo_app: Any, put_docs: Callable[...,
 
 
 def test_timeout_zero_answers_an_empty_page_at_once(demo_app: Any) -> None:
-    started = time.monotonic()
     page = demo_app.get(TENDERS, {"feed": "longpoll", "timeout": "0"}).json
-    assert page["data"] == [] and time.monotonic() - started < 5
+    assert page["data"] == []
+    assert demo_app.app.registry.feed_longpoll.counters("tenders").answered == 0, "no wait began"
     assert page["next_page"]["path"] == f"{TENDERS}?feed=longpoll&timeout=0"
 
 
@@ -189,7 +190,8 @@ def test_a_waiter_is_answered_when_a_write_arrives(server_factory: Callable[...,
     response = waiter.result()
     assert response.status_code == 200
     assert [item["id"] for item in response.json()["data"]] == [doc["id"]]
-    assert waiter.seconds < 25, "answered by the write, not by the timeout"
+    counters = notifier.counters("tenders")
+    assert counters.timeouts == 0 and counters.wakeups >= 1, "answered by the write, not by the timeout"
     assert "feed=longpoll" in response.json()["next_page"]["path"]
     print(f"{order}: answered {1000 * (time.monotonic() - written):.0f} ms after the write's acknowledgement")
 
@@ -234,11 +236,10 @@ def test_over_the_cap_a_request_is_answered_at_once_with_retry_after(
     url = f"{server.api_url}/tenders?feed=longpoll&timeout=20&offset={offset}"
     waiters = [call(url) for _ in range(2)]
     wait_for(lambda: notifier.waiting == 2)
-    started = time.monotonic()
     response = requests.get(url, timeout=30)
-    assert time.monotonic() - started < 10  # at once (loose: a loaded machine)
     assert response.status_code == 200 and response.json()["data"] == []
-    assert response.headers["Retry-After"] == "1"
+    # at once: answered over the cap (Retry-After), the two still waiting
+    assert response.headers["Retry-After"] == "1" and notifier.waiting == 2
     # an ordinary request is still served meanwhile
     assert requests.get(f"{server.api_url}/tenders?offset={offset}", timeout=10).status_code == 200
     assert notifier.counters("tenders").over_cap == 1
@@ -262,9 +263,11 @@ def test_shutdown_answers_every_waiter_at_once(server_factory: Callable[..., Dem
     for waiter in waiters:
         response = waiter.result(timeout=10)
         assert response.status_code == 200 and response.json()["data"] == []
-        assert waiter.seconds < 30
+    # answered by the shutdown, not by their 50 s timeout
+    counters = server.registry.feed_longpoll.counters("tenders")
+    assert (counters.waiting, counters.answered, counters.timeouts) == (0, 4, 0), counters
     print(f"{order}: the server stopped with 4 waiters in {closed:.2f} s")
-    assert closed < 10  # the goal, < 2 s, is measured by the benchmark; loose here
+    assert closed < 30  # bounds a hang only: the goal, < 2 s, is measured by the benchmark
 
 
 def test_a_waiter_whose_client_goes_away_is_released(server_factory: Callable[..., DemoServer], order: str) -> None:
@@ -281,11 +284,12 @@ def test_a_waiter_whose_client_goes_away_is_released(server_factory: Callable[..
         client.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode("ascii"))
         wait_for(lambda: notifier.waiting == 1)
         closed = time.monotonic()
-    wait_for(lambda: notifier.waiting == 0, timeout=10)
+    # released long before its 50 s timeout, and for its client's going: a count
+    wait_for(lambda: notifier.waiting == 0, timeout=30)
     released = time.monotonic() - closed
     print(f"{order}: a waiter whose client went away was released in {released:.2f} s")
-    assert released < 5
-    assert notifier.counters("tenders").gone == 1
+    counters = notifier.counters("tenders")
+    assert (counters.gone, counters.timeouts) == (1, 0), counters
 
 
 def test_shutdown_of_the_app_releases_waiters(commit_app: Any) -> None:
@@ -297,12 +301,11 @@ def test_shutdown_of_the_app_releases_waiters(commit_app: Any) -> None:
     )
     thread.start()
     wait_for(lambda: registry.feed_longpoll.waiting == 1)
-    started = time.monotonic()
     shutdown(registry)
-    thread.join(10)
+    thread.join(30)  # bounds a hang only: its timeout is 50 s
     assert not thread.is_alive() and answers[0].json["data"] == []
-    assert time.monotonic() - started < 10
-    assert registry.feed_longpoll.counters("tenders").waiting == 0
+    counters = registry.feed_longpoll.counters("tenders")
+    assert (counters.waiting, counters.timeouts) == (0, 0), "answered by the shutdown, not its timeout"
 
 
 def test_the_notifier_reads_nothing_while_nobody_waits(server_factory: Callable[..., DemoServer], order: str) -> None:
@@ -415,15 +418,20 @@ def test_the_crawler_polls_a_server_that_ignores_longpoll(settings: dict[str, st
     client = FeedSync(f"{http.url}/api/2.5/tenders", lambda batch: None, poll_interval=0.2, longpoll=10.0)
     runner = threading.Thread(target=client.run, kwargs={"follow": True}, daemon=True)
     try:
+        started = time.monotonic()
         runner.start()
-        time.sleep(1.5)
+        # a count of polls, then the time they took: at least the intervals
+        # between them (a loaded machine only makes it longer; a hot loop
+        # would take milliseconds)
+        wait_for(lambda: client.stats.polls >= 6, timeout=60)
+        took = time.monotonic() - started
     finally:
         client.stop()
         runner.join(10)
         client.close()
         http.close()
         shutdown(app.registry)
-    assert 3 <= client.stats.polls <= 12, f"{client.stats.polls} polls in 1.5 s at a 0.2 s interval"
+    assert took >= 5 * 0.2, f"6 polls in {took:.2f} s at a 0.2 s interval"
 
 
 def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
@@ -456,7 +464,8 @@ def test_without_change_streams_the_commit_notifier_reads_the_checkpoint(
     tender = create(server)
     response = waiter.result()
     assert [item["id"] for item in response.json()["data"]] == [tender["id"]]
-    assert waiter.seconds < 5
+    counters = server.registry.feed_longpoll.counters("tenders")
+    assert counters.timeouts == 0 and counters.wakeups >= 1, "woken by the write, not by its timeout"
     assert opened, "the notifier did not try a change stream"
 
 
