@@ -345,8 +345,16 @@ def test_hot_documents_keep_appearing_in_commit_order_only(
     watermark, commit = json.loads(captured.out)
     assert (watermark["order"], commit["order"]) == ("watermark", "commit")
     assert watermark["hot"] and commit["hot"]
-    assert watermark["longest_invisible_s"] >= 3.0, "the watermark feed starved the hot tenders"
-    # Within 1 s on an idle machine; under a loaded one (coverage tracing,
-    # two cores) still well inside the starvation the watermark shows.
-    assert commit["longest_invisible_s"] < 2.0, "commit order shows them while they are written"
+    starved, shown = watermark["longest_invisible_s"], commit["longest_invisible_s"]
+    # The figures (on an idle machine: the watermark feed starves the hot
+    # tenders for most of the 4 s run, commit order shows each change within
+    # a second) are the experiment's (``race --hot``) to print: how long each
+    # takes depends on the rate a machine writes and follows at. What holds
+    # on any machine: a watermark feed cannot show a change before W (1 s)
+    # after its stamp (W / 2 after its acknowledgement leaves the write its
+    # time), and commit order, which needs no such wait, shows the hot
+    # tenders' changes sooner than it does.
+    print(f"\nlongest invisible: watermark {starved} s, commit {shown} s")
+    assert starved >= 0.5, "the watermark feed showed a change before W"
+    assert shown < starved, "commit order shows them while they are written"
     assert watermark["lost"] == commit["lost"] == 0
