@@ -183,3 +183,30 @@ def test_an_ordered_scan_in_windows_reads_every_row_once_in_order(filled: FeedSt
         counts = [collection.count_documents(windowed) for windowed in sent]
         assert max(counts) < 700, f"a read gathered all {max(counts)} matches: one sorted read of the whole"
         assert sum(counts) < 6 * 700, f"the scan gathered {sum(counts)} matches for 700 rows"
+
+
+def test_the_long_poll_watcher_finds_the_newest_stamp_in_windows(filled: FeedStore, mongodb_uri: str) -> None:
+    """A watermark watcher's first read: the collection's newest public
+    stamp, read in windows down from the present, not a ``$max`` over every
+    document (each read gathers a small part of the collection)."""
+    from pymongo import MongoClient
+
+    from openprocurement_feed.longpoll.notifier import LongPollNotifier
+    from openprocurement_feed.longpoll.waiters import Watch
+    from openprocurement_feed.longpoll.watchers import StampWatcher
+
+    finds = Finds("tenders")
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+    store = FeedStore(client, filled.db.name, watermark_seconds=1.0)
+    try:
+        watcher = StampWatcher(LongPollNotifier(store, watermark_seconds=1.0))
+        newest = watcher.newest_stamp(Watch("watermark", "tenders"))
+    finally:
+        client.close()
+    collection = filled.collection("tenders")
+    expected = max(doc["public_modified"] for doc in collection.find({"is_public": True}, {"public_modified": 1}))
+    assert newest == expected
+    assert finds.filters, "read with find, in windows"
+    # the stamps end weeks before the present: the windows double across
+    # the gap, and the first that reaches the stamps takes a part of them
+    assert max(collection.count_documents(query) for query in finds.filters) < 700 // 2, finds.filters

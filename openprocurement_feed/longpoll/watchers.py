@@ -22,14 +22,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from bson.timestamp import Timestamp
+from pymongo import DESCENDING
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from ..store.orders import PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name, read_checkpoint
 from ..store.positions import CHECKPOINT
+from ..store.windows import read_windowed
 from .waiters import Watch
 
 log = logging.getLogger("openprocurement_feed.longpoll")
@@ -226,6 +229,20 @@ class StampWatcher(Watcher):
                 notifier.read_bound(watch)
             notifier.pause(self.fire_due())
 
+    def newest_stamp(self, watch: Watch) -> float | None:
+        """The newest public stamp of the collection, read in windows of the
+        stamp down from the present on the feed index (one page's cost,
+        whatever the collection's size); None for a collection without one."""
+        collection = self.notifier.store.feed_collection(watch.collection)
+        sort = [(PUBLIC_MODIFIED, DESCENDING), ("_id", DESCENDING)]
+
+        def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+            return list(collection.find(query, {PUBLIC_MODIFIED: 1}, sort=sort, limit=limit))
+
+        rows, _ = read_windowed(run, {"is_public": True}, PUBLIC_MODIFIED, True, 1, lambda: 0.0, None)
+        stamp = rows[0].get(PUBLIC_MODIFIED) if rows else None
+        return float(stamp) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else None
+
     def poll(self, watch: Watch) -> None:
         notifier = self.notifier
         asked = time.monotonic()
@@ -235,6 +252,10 @@ class StampWatcher(Watcher):
             # feed index, not a sort of the collection (the embedded server
             # sorts in memory and applies a limit only after the sort)
             match[PUBLIC_MODIFIED] = {"$gt": watch.newest}
+        else:
+            newest = self.newest_stamp(watch)
+            if newest is not None:  # the first read: from the newest stamp, not over every document
+                match[PUBLIC_MODIFIED] = {"$gte": newest}
         found = list(
             notifier.store.feed_collection(watch.collection).aggregate(
                 [
