@@ -143,6 +143,29 @@ def test_pages_that_wait_for_the_writer_go_in_one_transaction(database_url: str)
     store.close()
 
 
+def test_the_page_writer_writes_as_the_store_does(database_url: str, sql: Callable[..., list[Any]]) -> None:
+    """A crawl's writer (its own connection, the driver's transactions):
+    the first page makes the state row, the next ones update it; a state
+    row deleted meanwhile is made again; a failed page leaves nothing."""
+    store = open_store(database_url)
+    writer = store.page_writer()
+    pages = [random_rows(10, seed=20 + number) for number in range(4)]
+    writer.write("tenders", pages[0], {"url": "http://x/tenders", "next_offset": "1"})
+    writer.write("tenders", pages[1], {"url": "http://x/tenders", "next_offset": "2"})
+    assert store.count("tenders") == 20 and store.load_state("tenders")["next_offset"] == "2"  # type: ignore[index]
+    sql("DELETE FROM feed_state")
+    writer.write("tenders", pages[2], {"url": "http://x/tenders", "next_offset": "3"})
+    assert store.count("tenders") == 30 and store.load_state("tenders")["next_offset"] == "3"  # type: ignore[index]
+    bad = {"id": None, "date_modified": "x", "modified_us": START, "data": {}}
+    with pytest.raises(Exception):  # noqa: B017 - the database's own error
+        writer.write("tenders", [*pages[3], bad], {"url": "http://x/tenders", "next_offset": "4"})
+    assert store.count("tenders") == 30 and store.load_state("tenders")["next_offset"] == "3"  # type: ignore[index]
+    writer.write("tenders", pages[3], {"url": "http://x/tenders", "next_offset": "4"})
+    assert store.count("tenders") == 40 and store.load_state("tenders")["next_offset"] == "4"  # type: ignore[index]
+    writer.close()
+    store.close()
+
+
 def test_a_schema_of_another_version_is_refused(database_url: str, sql: Callable[..., list[Any]]) -> None:
     open_store(database_url).close()
     sql("UPDATE feed_schema SET version = 99")

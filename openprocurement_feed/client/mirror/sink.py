@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import StateMismatch
 from ..state import FeedIdentity, SyncState
 from ..sync import Batch
-from .store import MirrorStore, Row, row_of
+from .store import MirrorStore, PageWriter, Row, row_of
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,11 @@ class PageSink:
             self._pages.put(None)
             writer.join()
 
-    def _write(self, rows: list[Row], values: dict[str, Any]) -> None:
-        self.store.write_page(self.feed, rows, values)
+    def _write(self, rows: list[Row], values: dict[str, Any], writer: PageWriter | None = None) -> None:
+        if writer is not None:
+            writer.write(self.feed, rows, values)
+        else:
+            self.store.write_page(self.feed, rows, values)
         self.rows_written += len(rows)
         self.commits += 1
 
@@ -146,6 +149,13 @@ class PageSink:
         together (up to :data:`GROUP`: their rows and the position after
         the last in one transaction); after a failure, none (see the
         module)."""
+        writer = self.store.page_writer()  # a connection of its own, closed by this thread
+        try:
+            self._write_groups(writer)
+        finally:
+            writer.close()
+
+    def _write_groups(self, writer: PageWriter) -> None:
         while True:
             group = [self._pages.get()]
             while group[-1] is not None and len(group) < GROUP:
@@ -157,7 +167,7 @@ class PageSink:
             try:
                 if pages and self._error is None:
                     try:
-                        self._write([row for rows, _ in pages for row in rows], pages[-1][1])
+                        self._write([row for rows, _ in pages for row in rows], pages[-1][1], writer)
                     except BaseException as error:  # raised in the crawl's thread
                         log.error("%s: a page could not be written: %s", self.feed, error)
                         self._error = error

@@ -17,6 +17,7 @@ input is good.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -40,7 +41,9 @@ from .schema import (
     metadata,
 )
 
-__all__ = ["MirrorStore", "Row", "now_text", "row_of"]
+log = logging.getLogger(__name__)
+
+__all__ = ["MirrorStore", "PageWriter", "Row", "now_text", "row_of"]
 
 #: A row of ``feed_objects`` as the store writes it (without ``feed``).
 Row = dict[str, Any]
@@ -281,22 +284,33 @@ class MirrorStore:
         transaction: the statements compiled once, handed to the driver's
         cursor (no per-page Core step)."""
         values = {**state, "updated_at": now_text()}
+        with self.engine.begin() as connection:
+            cursor = connection.connection.cursor()
+            try:
+                updated = self._page_on(cursor, feed, rows, values)
+            finally:
+                cursor.close()
+            if not updated:
+                connection.execute(feed_state.insert().values(feed=feed, **values))
+
+    def _page_on(self, cursor: Any, feed: str, rows: Sequence[Row], values: dict[str, Any]) -> bool:
+        """The page's statements on the driver's ``cursor``, in its
+        transaction: the rows upserted, the feed's state row updated
+        (False: there is none yet)."""
         names = tuple(sorted(values))
         sql, order = self._state_sql(names)
         params: Any = {**values, "key": feed}
         if order is not None:
             params = tuple(params[name] for name in order)
-        with self.engine.begin() as connection:
-            cursor = connection.connection.cursor()
-            try:
-                if rows:
-                    self._upsert_rows(cursor, feed, rows)
-                cursor.execute(sql, params)
-                updated = cursor.rowcount
-            finally:
-                cursor.close()
-            if updated == 0:
-                connection.execute(feed_state.insert().values(feed=feed, **values))
+        if rows:
+            self._upsert_rows(cursor, feed, rows)
+        cursor.execute(sql, params)
+        return bool(cursor.rowcount)
+
+    def page_writer(self) -> PageWriter:
+        """A writer of pages one after another on a connection of its own
+        (:class:`PageWriter`): a crawl's."""
+        return PageWriter(self)
 
     def _put_state(self, connection: Connection, feed: str, values: dict[str, Any]) -> None:
         values = {**values, "updated_at": now_text()}
@@ -369,6 +383,59 @@ class MirrorStore:
 
     def _exists(self) -> bool:
         return self.ready
+
+
+class PageWriter:
+    """Pages written one after another, as :meth:`MirrorStore.write_page`
+    writes them (a page's rows and the position after it in one
+    transaction), on one connection kept from the pool, its transactions
+    begun and committed on the driver's connection: a crawl's writer spends
+    no Core step per page. The first page (the feed's state row may be
+    missing) and any page after a failure go through
+    :meth:`MirrorStore.write_page`. Used by one thread at a time."""
+
+    def __init__(self, store: MirrorStore) -> None:
+        self.store = store
+        self._raw: Any = None
+        self._state_row = False
+
+    def write(self, feed: str, rows: Sequence[Row], state: dict[str, Any]) -> None:
+        """Write the page (see the class)."""
+        if not self._state_row:
+            self.store.write_page(feed, rows, state)
+            self._state_row = True
+            return
+        if self._raw is None:
+            self._raw = self.store.engine.raw_connection()
+        raw = self._raw
+        values = {**state, "updated_at": now_text()}
+        try:
+            cursor = raw.cursor()
+            try:
+                if self.store.dialect == "sqlite":
+                    cursor.execute("BEGIN")  # the driver's autocommit mode: the package's own transactions
+                updated = self.store._page_on(cursor, feed, rows, values)
+            finally:
+                cursor.close()
+            if not updated:  # the state row deleted meanwhile: the page again, through the store
+                raw.rollback()
+                self._state_row = False
+                self.write(feed, rows, state)
+                return
+            raw.commit()
+        except BaseException:
+            self.close()  # its transaction rolled back with the connection
+            self._state_row = False
+            raise
+
+    def close(self) -> None:
+        """Give the connection back to the pool."""
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:
+                raw.close()
+            except Exception as error:  # a connection already broken
+                log.debug("closing the page writer's connection: %s", error)
 
 
 def _reason(error: SQLAlchemyError) -> str:
