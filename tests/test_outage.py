@@ -31,6 +31,7 @@ SELECTION_TIMEOUT_MS = 1500
 #: a read is retried once (two server selections), a write may be in flight.
 HANG_SECONDS = 4 * SELECTION_TIMEOUT_MS / 1000 + 4
 DB_NAME = "outage"
+KINDS = {"create", "patch", "read"}
 
 
 @dataclass
@@ -57,6 +58,11 @@ class Ledger:
     def record(self, outcome: Outcome) -> None:
         with self.lock:
             self.outcomes.append(outcome)
+
+    def kinds(self, since: float, statuses: set[int]) -> set[str]:
+        """The kinds of request begun after ``since`` answered with one of ``statuses``."""
+        with self.lock:
+            return {o.kind for o in self.outcomes if o.started > since and o.status in statuses}
 
 
 class Worker(threading.Thread):
@@ -160,16 +166,35 @@ def test_database_outage(database: EmbeddedServer) -> None:
         ]
         for worker in workers:
             worker.start()
-        time.sleep(1.5)
+        # counts of answers, not spans of time (a loaded machine answers fewer a second)
+        assert wait_until(lambda: ledger.kinds(0, {200, 201}) == KINDS, 60), "the workers were not served"
 
         database.stop()  # takes a while: requests started meanwhile may succeed
         down_at = time.monotonic()
+        # the outage lasts a few server selections, and until every kind of request was refused in it
         time.sleep(2.5 * SELECTION_TIMEOUT_MS / 1000)
+        assert wait_until(lambda: ledger.kinds(down_at, {503}) == KINDS, 60), "not every kind was refused"
         up_at = time.monotonic()
         database.start()  # same port, same data folder
         assert wait_until(lambda: feed_answers(server.api_url), 30), "the feed did not recover"
         recovered_at = time.monotonic()
-        time.sleep(1.5)
+        assert wait_until(lambda: ledger.kinds(recovered_at, {200, 201}) == KINDS, 60), "not every kind served"
+        # and served again once more each: what follows a kind's first success is checked below
+        served = {
+            kind: min(
+                o.started
+                for o in ledger.outcomes
+                if o.kind == kind and o.started > recovered_at and o.status in (200, 201)
+            )
+            for kind in KINDS
+        }
+        assert wait_until(
+            lambda: all(
+                any(o.kind == kind and o.started > after for o in list(ledger.outcomes))
+                for kind, after in served.items()
+            ),
+            60,
+        )
     finally:
         for worker in workers:
             worker.stopping.set()
@@ -191,8 +216,9 @@ def test_database_outage(database: EmbeddedServer) -> None:
             assert outcome.json_error and outcome.retry_after, outcome
     slowest = max(o.seconds for o in during)
     assert slowest < HANG_SECONDS, f"a request took {slowest:.1f} s during the outage"
-    after = [o for o in outcomes if o.started > recovered_at + 0.5]
-    assert {o.kind for o in after if o.status in (200, 201)} == {"create", "patch", "read"}
+    # back: once a kind of request was served after the restart, every later one is
+    after = [o for o in outcomes if o.started > served[o.kind]]
+    assert {o.kind for o in after} == KINDS
     assert all(o.status in (200, 201, 409) for o in after), sorted({o.status for o in after})
 
     client: MongoClient = MongoClient(database.uri, serverSelectionTimeoutMS=5000)
