@@ -47,7 +47,11 @@ ORDERS = ("watermark", "commit")
 PREFIX = "/api/2.5"
 #: Seconds of ``public_modified`` between two tenders (a million: a year).
 SPACING_SECONDS = 30.0
-BATCH = 1000
+#: Tenders per ``insert_many``: the package's embedded server (a 64M cache)
+#: stops answering for good in the first ``insert_many`` of 1,000 of them.
+BATCH = 100
+#: The embedded server's cache, when not the package's (``--scale-cache-size``).
+CACHE_SIZE: str | None = None
 #: Seconds the build may take before the run gives up.
 BUILD_TIMEOUT = 6 * 3600.0
 
@@ -292,6 +296,8 @@ def built(size: int, folder: Path) -> Iterator[Build]:
     # the bounds the package gives the embedded server (oplog entries and
     # age, cache: mongodb.embedded_*), as under make run
     flags = parse_settings({"mongodb.uri": "embedded://"}, {}).embedded_args
+    if CACHE_SIZE:
+        flags = (*flags, "--cache-size", CACHE_SIZE)
     folder.mkdir(parents=True, exist_ok=True)
     database = EmbeddedServer(startup_timeout=60, extra_args=flags)
     build = Build(size, folder, database, items_file=folder / "copy.jsonl")

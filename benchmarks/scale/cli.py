@@ -52,4 +52,10 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="print (and --plot FILE) the figures saved in FILE instead of running (repeatable)",
     )
+    group.add_argument(
+        "--scale-cache-size",
+        default=None,
+        metavar="SIZE",
+        help="the embedded server's cache (default: the package's, mongodb.embedded_cache_size)",
+    )
     group.add_argument("--scale-workdir", type=Path, default=None, metavar="DIR", help="the temporary folder's parent")

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from . import build as building
 from . import measure
 from .build import ORDERS, built, say
 from .cli import SIZES, add_scale_options
@@ -115,6 +116,7 @@ def run(sizes: Sequence[int] = SIZES, save_path: Path | None = None, workdir: Pa
 def from_args(args: argparse.Namespace) -> list[OrderFigures]:
     """Run (or load) and print, as the parsed options say."""
     measure.CRAWL_SECONDS = args.crawl_seconds
+    building.CACHE_SIZE = args.scale_cache_size
     if args.scale_load:
         figures = [one for path in args.scale_load for one in load(path)]
         render(figures, title(sorted({one.size for one in figures})))
