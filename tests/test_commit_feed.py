@@ -70,33 +70,42 @@ def test_offsets_are_positions_and_pages_follow_commit_order(commit_app: TestApp
 
 
 def test_a_transaction_stamped_early_and_committed_late_is_never_lost(commit_app: TestApp) -> None:
-    """SPEC "the problem": A is stamped before B but commits 300 ms after it.
-    A crawler that saw B in commit order still gets A, next."""
+    """SPEC "the problem": A is stamped before B but commits after it (once
+    the crawler has passed B). A crawler that saw B in commit order still
+    gets A, next."""
     store = commit_app.app.registry.feed_store
     collection = store.collection("tenders")
     a, b = doc("A: stamped first, commits last"), doc("B: stamped second, commits first")
     stamped = threading.Event()
+    passed_b = threading.Event()
 
     def slow_writer() -> None:
         with store.client.start_session() as session, session.start_transaction():
             store.save_data(collection, a, insert=True, session=session)
             stamped.set()
-            time.sleep(0.3)
+            # A commits once the crawler has passed B: an event, not a span a
+            # loaded machine might not fit the sequencer and a page read into
+            passed_b.wait(30)
 
     writer = threading.Thread(target=slow_writer)
     writer.start()
     assert stamped.wait(5)
-    time.sleep(0.02)
+    time.sleep(0.02)  # B's stamp after A's (the clock only moves on)
     store.save_data(collection, b, insert=True)
     seen: list[str] = []
     path = FEED + "?opt_fields=public_modified"
     saw_b_before_a_committed = False
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    empty_after_a = False
+    # read on until A came, then until an empty page (a repeat would show)
+    while not empty_after_a:
+        assert time.monotonic() < deadline, f"the crawler did not get both within 60 s: {seen}"
         body = commit_app.get(path).json
         seen.extend(item["id"] for item in body["data"])
+        empty_after_a = a["_id"] in seen and not body["data"]
         if b["_id"] in seen and a["_id"] not in seen and writer.is_alive():
             saw_b_before_a_committed = True
+            passed_b.set()
         path = body["next_page"]["path"]
         time.sleep(0.02)
     writer.join()
