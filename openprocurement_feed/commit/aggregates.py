@@ -73,7 +73,7 @@ from ..store.buckets import (
     record_of,
     stored_record,
 )
-from ..store.keeper_state import STATE_FIELDS, KeeperState
+from ..store.keeper_state import APPLIED, BUILT, FOREIGN, STATE_FIELDS, WALL, KeeperState
 from .aggregate_writes import (
     KeeperStats,
     add_deltas,
@@ -214,18 +214,18 @@ class AggregateKeeper:
         due = scanned or finished or len(changed) >= BUFFER_RECORDS or now - self.last_state >= APPLY_SECONDS
         if not due:
             return  # coalesced with the next batches (the state's point waits for them)
-        state: dict[str, Any] = {"foreign": True} if self.foreign else {}
+        state: dict[str, Any] = {FOREIGN: True} if self.foreign else {}
         if not self.behind:
-            state["wall"] = {"$max": [{"$ifNull": ["$wall", 0]}, complete_point(events, caught_up, began)]}
+            state[WALL] = {"$max": [{"$ifNull": [f"${WALL}", 0]}, complete_point(events, caught_up, began)]}
             if not self.built:
-                state["built"] = LAYOUT
+                state[BUILT] = LAYOUT
         sweep = self.emptied and (
             (caught_up and not events) or len(self.emptied) >= SWEEP_BUCKETS or now - self.last_sweep >= SWEEP_SECONDS
         )
         self._apply(changed, state, sweep=bool(sweep))
         changed.clear()
         self.last_state = time.monotonic()
-        if state.get("built"):
+        if state.get(BUILT):
             self.built = True
 
     def _records_of_events(self, events: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
@@ -293,7 +293,7 @@ class AggregateKeeper:
         if wall is None:
             # from an empty collection (a build broken off, or of another
             # layout, left records and buckets that no longer add up)
-            self.records.update_one({"_id": STATE_ID}, {"$unset": {"built": "", "wall": ""}})
+            self.records.update_one({"_id": STATE_ID}, {"$unset": {BUILT: "", WALL: ""}})
             self.records.delete_many({"lv": {"$exists": True}})
             self.cache.clear()
             self.emptied.clear()
@@ -359,7 +359,7 @@ class AggregateKeeper:
         in memory), write the changed ones, their buckets' deltas (during a
         build: added up in memory) and the state; a build's end writes its
         buckets first."""
-        finishing = self.build_ids is not None and bool(state.get("built"))
+        finishing = self.build_ids is not None and bool(state.get(BUILT))
         if finishing:
             self._write_buckets(self.build_deltas)
         swept = sorted(self.emptied) if sweep else []
@@ -378,7 +378,7 @@ class AggregateKeeper:
             operations.extend(buckets)
             # always written: a keeper that overlaps conflicts here
             operations.append(
-                UpdateOne({"_id": STATE_ID}, [{"$set": {**state, "applied": {"$toLong": "$$NOW"}}}], upsert=True)
+                UpdateOne({"_id": STATE_ID}, [{"$set": {**state, APPLIED: {"$toLong": "$$NOW"}}}], upsert=True)
             )
             self.records.bulk_write(operations, ordered=False, session=session)
             for start in range(0, len(swept), READ_CHUNK):
@@ -418,7 +418,7 @@ class AggregateKeeper:
         is not built until the write that follows: a build broken off here
         starts again)."""
         updates = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
-        touch = UpdateOne({"_id": STATE_ID}, [{"$set": {"applied": {"$toLong": "$$NOW"}}}])
+        touch = UpdateOne({"_id": STATE_ID}, [{"$set": {APPLIED: {"$toLong": "$$NOW"}}}])
         for start in range(0, len(updates), BUCKET_CHUNK):
             with self.client.start_session() as session, session.start_transaction():
                 self.lease.check(session)

@@ -19,7 +19,7 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from ..store.buckets import STATE_ID
-from ..store.keeper_state import LEASE_SECONDS
+from ..store.keeper_state import LEASE, LEASE_SECONDS, OWNER
 
 __all__ = ["Lease", "LeaseLost"]
 
@@ -56,9 +56,9 @@ class Lease:
         now = time.monotonic()
         if now < self.until - LEASE_SECONDS * 2 / 3:
             return True
-        mine = {"$eq": ["$owner", self.owner]}
+        mine = {"$eq": [f"${OWNER}", self.owner]}
         now_ms = {"$toLong": "$$NOW"}
-        lapsed = {"$lt": [{"$ifNull": ["$lease", 0]}, now_ms]}
+        lapsed = {"$lt": [{"$ifNull": [f"${LEASE}", 0]}, now_ms]}
         ours = {"$or": [mine, lapsed]}
         renewed = {"$add": [now_ms, int(LEASE_SECONDS * 1000)]}  # ms since the epoch
         state = self.records.find_one_and_update(
@@ -66,16 +66,16 @@ class Lease:
             [
                 {
                     "$set": {
-                        "owner": {"$cond": [ours, self.owner, "$owner"]},
-                        "lease": {"$cond": [ours, renewed, "$lease"]},
+                        OWNER: {"$cond": [ours, self.owner, f"${OWNER}"]},
+                        LEASE: {"$cond": [ours, renewed, f"${LEASE}"]},
                     }
                 }
             ],
-            projection={"owner": 1},
+            projection={OWNER: 1},
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
-        if state is None or state.get("owner") != self.owner:
+        if state is None or state.get(OWNER) != self.owner:
             self.until = 0.0
             return False
         self.until = now + LEASE_SECONDS
@@ -88,6 +88,6 @@ class Lease:
 
         :raises LeaseLost: another keeper's now.
         """
-        owner = (self.records.find_one({"_id": STATE_ID}, {"owner": 1}, session=session) or {}).get("owner")
+        owner = (self.records.find_one({"_id": STATE_ID}, {OWNER: 1}, session=session) or {}).get(OWNER)
         if owner != self.owner:
             raise LeaseLost(f"the lease is {owner!r}'s now")

@@ -26,7 +26,26 @@ from typing import Any
 from ..reconcile.records import micros
 from .buckets import LAYOUT
 
-__all__ = ["KEEPER_ALIVE_SECONDS", "LEASE_SECONDS", "STATE_FIELDS", "KeeperState"]
+__all__ = [
+    "APPLIED",
+    "BUILT",
+    "FOREIGN",
+    "KEEPER_ALIVE_SECONDS",
+    "LEASE",
+    "LEASE_SECONDS",
+    "OWNER",
+    "STATE_FIELDS",
+    "WALL",
+    "KeeperState",
+]
+
+#: The state document's fields (the module's docstring says what each holds).
+OWNER = "owner"
+LEASE = "lease"
+BUILT = "built"
+WALL = "wall"
+FOREIGN = "foreign"
+APPLIED = "applied"
 
 #: How long a lease holds without a renewal (a keeper renews it after a
 #: third of it).
@@ -36,7 +55,7 @@ LEASE_SECONDS = 30.0
 #: keeper past one renewal).
 KEEPER_ALIVE_SECONDS = 2 * LEASE_SECONDS
 #: The fields a reader needs (a projection).
-STATE_FIELDS = ("owner", "lease", "built", "wall", "foreign")
+STATE_FIELDS = (OWNER, LEASE, BUILT, WALL, FOREIGN)
 
 
 @dataclass(frozen=True)
@@ -57,17 +76,17 @@ class KeeperState:
         """The state of a state document (None: no document)."""
         if not doc:
             return cls()
-        lease = doc.get("lease")
+        lease = doc.get(LEASE)
         if isinstance(lease, datetime):
             lease = micros(lease) // 1000
-        wall = doc.get("wall")
-        owner = doc.get("owner")
+        wall = doc.get(WALL)
+        owner = doc.get(OWNER)
         return cls(
             owner=owner if isinstance(owner, str) else None,
             lease=lease if isinstance(lease, int) and not isinstance(lease, bool) else None,
-            built=doc.get("built") == LAYOUT,
+            built=doc.get(BUILT) == LAYOUT,
             wall=wall if isinstance(wall, int) and not isinstance(wall, bool) else None,
-            foreign=bool(doc.get("foreign")),
+            foreign=bool(doc.get(FOREIGN)),
         )
 
     @property
