@@ -244,7 +244,11 @@ class MirrorStore:
         """Write ``rows`` in ``connection``'s transaction; a row held at the
         same or a newer version is left alone."""
         if rows:
-            self._upsert_rows(connection.connection.cursor(), feed, rows)
+            cursor = connection.connection.cursor()
+            try:
+                self._upsert_rows(cursor, feed, rows)
+            finally:
+                cursor.close()
 
     def _upsert_rows(self, cursor: Any, feed: str, rows: Sequence[Row]) -> None:
         """The upsert of ``rows`` on the driver's ``cursor``: one
