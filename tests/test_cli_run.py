@@ -127,7 +127,10 @@ def test_run_serves_a_live_feed_and_stops_cleanly(stop_signal: int, tmp_path: Pa
     assert written and written[-1] > 0, f"the writers patched with the key and the tokens: {err}"
     assert "pkg_resources" not in err
     assert "Traceback" not in err
-    time.sleep(0.5)
+    # the database may take a moment to end after its parent: waited for, with a deadline
+    deadline = time.monotonic() + 30
+    while [pid for pid in database if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [pid for pid in database if alive(pid)], "no orphaned database process"
 
 
