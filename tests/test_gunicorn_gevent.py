@@ -187,9 +187,11 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         "GET a feed page": timed(lambda: requests.get(f"{api}/tenders?offset={offset}", timeout=10))[1],
         "GET the plans feed": timed(lambda: requests.get(f"{api}/plans", timeout=10))[1],
     }
-    slowest = max(ordinary, key=ordinary.__getitem__)
-    # without gevent they would wait for a waiter's timeout (30 s)
-    assert ordinary[slowest] < 5.0, f"{slowest} took {ordinary[slowest]:.2f} s beside {WAITERS} waiters"
+    # Without gevent they would wait for a waiter's timeout (30 s): their own
+    # timeout (10 s) would fail them first. Answered, the waiters all still
+    # waiting and none answered: they did not wait for one. The times are
+    # printed, not compared (a loaded machine takes what it takes).
+    print("beside the waiters: " + ", ".join(f"{name} {seconds:.3f} s" for name, seconds in ordinary.items()))
     assert waiting(base) == WAITERS, "the ordinary requests released waiters"
     assert not any(waiter.response or waiter.error for waiter in waiters)
 
@@ -212,8 +214,8 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
         assert answer is not None and answer.status_code == 200, answer
         assert [(item["id"], item["dateModified"]) for item in answer.json()["data"]] == expected
     slowest_answer = max(waiter.answered_at for waiter in waiters) - changed_at
-    # answered by the change, not by the timeout (30 s)
-    assert slowest_answer < 15.0, f"the last waiter was answered {slowest_answer:.2f} s after the change"
+    # answered by the change (each answer holds it), not by the timeout (30 s: an empty page)
+    print(f"the last waiter was answered {slowest_answer:.2f} s after the change")
 
     # a stop with waiters: SIGTERM answers them at once, gunicorn exits
     offset = answers[0].json()["next_page"]["offset"]  # type: ignore[union-attr]
@@ -224,13 +226,12 @@ def test_200_waiters_under_gunicorn_gevent(gunicorn: tuple[subprocess.Popen[byte
     wait_waiting(base, WAITERS)
     stopped_at = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    process.wait(15)
+    process.wait(25)  # bounds a hang, below the waiters' 30 s: a stop that waited for them fails here
     stop_seconds = time.monotonic() - stopped_at
     for waiter in waiters:
         waiter.join(5)
     print(f"gunicorn stopped {stop_seconds:.2f} s after SIGTERM with {WAITERS} waiters")
     assert process.returncode == 0
-    assert stop_seconds < 10.0, f"gunicorn took {stop_seconds:.2f} s to stop with {WAITERS} waiters (timeout 30 s)"
     unanswered = [waiter for waiter in waiters if waiter.response is None or waiter.response.status_code != 200]
     assert not unanswered, f"{len(unanswered)} waiters were not answered on the stop"
     assert all(waiter.response.json()["data"] == [] for waiter in waiters)  # type: ignore[union-attr]
