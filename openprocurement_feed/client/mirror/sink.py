@@ -103,8 +103,9 @@ class PageSink:
         """The staged rows and ``state``, in one transaction: written now, or
         handed to the writer thread (``behind``; see the module).
 
-        :raises sqlalchemy.exc.SQLAlchemyError: this write failed, or (behind)
-            an earlier one did.
+        :raises Exception: the database's error (SQLAlchemy's, or behind the
+            crawl the driver's): this write failed, or (behind) an earlier
+            one did.
         """
         self._raise()
         rows, self.pending = self.pending, []
@@ -120,7 +121,7 @@ class PageSink:
     def flush(self) -> None:
         """Wait until every page handed over is committed.
 
-        :raises sqlalchemy.exc.SQLAlchemyError: a write failed (then none
+        :raises Exception: the database's error: a write failed (then none
             after it was made).
         """
         if self._writer is not None:
