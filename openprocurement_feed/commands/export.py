@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ..cli import CommandError
-from .mirror import DB, NAME, open_store
+from .mirror_db import DB, NAME, open_store
 from .options import Flag, add_command
 
 HELP = "print a mirror's copy as JSON lines"

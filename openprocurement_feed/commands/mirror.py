@@ -34,14 +34,11 @@ import sys
 from typing import Any
 
 from ..cli import CommandError
+from .mirror_db import DB, NAME, open_store
 from .options import HTTP_TIMEOUT, MODE, PAGE_LIMIT, Flag, add_command, non_negative_float, positive_int
 from .sync import field_list
 
 HELP = "follow a feed into SQLite or PostgreSQL, one row per object, checked and repaired on a schedule"
-#: The database (mirror, verify --db, export).
-DB = Flag("--db", required=True, metavar="DB", help="sqlite:///FILE, a file path, or postgresql://USER@HOST/DB")
-#: The feed's name inside the database.
-NAME = Flag("--name", metavar="NAME", help="the feed's name in the database (default: the URL's last segment)")
 FLAGS = (
     Flag("url", metavar="URL", help="the feed, e.g. http://127.0.0.1:6543/api/2.5/tenders"),
     DB,
@@ -81,20 +78,6 @@ FLAGS = (
 def add_parser(subparsers: Any) -> None:
     """Register ``mirror`` and its flags."""
     add_command(subparsers, "mirror", run, __doc__, help=HELP, flags=FLAGS)
-
-
-def open_store(db: str, must_exist: bool = False) -> Any:
-    """The database, checked; :class:`CommandError` (exit 2) if it cannot be used."""
-    try:
-        from ..client.mirror import MirrorError, MirrorStore
-    except ImportError as error:
-        raise CommandError(
-            f"the mirror needs the 'mirror' extra (pip install 'openprocurement_feed[mirror]'): {error}"
-        ) from None
-    try:
-        return MirrorStore.open(db, must_exist=must_exist)
-    except MirrorError as error:
-        raise CommandError(str(error)) from None
 
 
 def probe(url: str, mode: str | None, timeout: float) -> None:

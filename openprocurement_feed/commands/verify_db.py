@@ -10,8 +10,8 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cli import CommandError
-from .mirror import open_store
-from .verify import round_printer, summary
+from .mirror_db import open_store
+from .verify_report import round_printer, summary
 
 if TYPE_CHECKING:
     pass
