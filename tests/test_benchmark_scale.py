@@ -29,7 +29,7 @@ ROWS = (
     "crawl: pages/s first / last tenth",
     "crawl: last ÷ first tenth",
     "rematerialize (s)",
-    "in-sync: rounds / docs returned / ms",
+    "in-sync: rounds / docs returned / ms (the copy's side too)",
     "in-sync docs ÷ at 100,000",
     "verify: s / client RSS MB",
     "RSS at the end: server (MB)",

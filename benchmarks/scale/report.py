@@ -111,7 +111,7 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
         (
             "crawl: pages/s first / last tenth",
             "",
-            each(lambda one: f"{one.crawl.get('first_tenth_pps', 0):.0f} / {one.crawl.get('last_tenth_pps', 0):.0f}"),
+            each(lambda one: f"{one.crawl.get('first_tenth_pps', 0):.1f} / {one.crawl.get('last_tenth_pps', 0):.1f}"),
         ),
         (
             "crawl: last ÷ first tenth",
@@ -129,7 +129,7 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
             each(lambda one: f"{one.rematerialize['seconds']:.0f}" if one.rematerialize else "-"),
         ),
         (
-            "in-sync: rounds / docs returned / ms",
+            "in-sync: rounds / docs returned / ms (the copy's side too)",
             "1 round",
             each(
                 lambda one: (
