@@ -97,7 +97,8 @@ def test_readiness_fails_fast_while_the_database_is_unreachable(
         # Bounded by the probe's timeout (0.5 s), not the 3 s server
         # selection: the driver's error says which timeout ended the wait
         # (read from it, not from a time a loaded machine may stretch).
-        (failure,) = [record.getMessage() for record in caplog.records if "did not answer a ping" in record.getMessage()]
+        messages = [record.getMessage() for record in caplog.records]
+        (failure,) = [message for message in messages if "did not answer a ping" in message]
         waited = re.search(r"Timeout: ([\d.]+)s", failure)
         assert waited and float(waited[1]) <= READY_TIMEOUT_SECONDS, f"{failure[:300]} ({took:.2f} s)"
         assert web.get(LIVE).json == {"status": "alive"}
