@@ -159,8 +159,11 @@ def test_a_public_api_crawler_syncs_tenders_plans_and_contracts_while_writers_pa
     try:
         for resource in RESOURCES:
             crawler.backward(resource)
-        until = time.monotonic() + 3
-        while time.monotonic() < until:  # forward while the writers patch
+        # forward while the writers patch: a number of patches, not a span of
+        # time (a loaded machine patches fewer a second)
+        deadline = time.monotonic() + 60
+        while sum(writer.stats.patches for writer in writers) <= 20:
+            assert time.monotonic() < deadline, "the writers made 20 patches within 60 s"
             for resource in RESOURCES:
                 crawler.step(resource)
             time.sleep(0.05)
