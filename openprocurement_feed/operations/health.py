@@ -157,7 +157,7 @@ def with_follower_failure(registry: Any, feed: Any, body: dict[str, Any]) -> dic
     sequenced = order_kind(feed.order).sequenced
     floor = "at-risk" if sequenced else "unknown"
     if VERDICTS.index(body["verdict"]) < VERDICTS.index(floor):
-        what = "the checkpoint does not move" if sequenced else "the lag is not measured"
+        what = "the checkpoint does not move" if sequenced else "the lag is unknown"
         body["verdict"] = floor
         body["reason"] = (
             f"the in-process follower has failed for {failure['seconds']:g} s ({failure['error']}); it retries, {what}"
@@ -243,7 +243,7 @@ def _observer_verdicts(
                 (
                     "unknown",
                     f"a public write has waited {waited:.1f} s for the observer (threshold {threshold:g} s): "
-                    "the lag is not measured; is the observer running?",
+                    "the lag is unknown; is the observer running?",
                 )
             )
     gap = published.get("unmeasured") or {}
@@ -255,7 +255,7 @@ def _observer_verdicts(
             (
                 "unknown",
                 "the observer could not resume its stream after an error (its resume point had left the oplog): "
-                f"the writes committed from {began.isoformat()} to {ended.isoformat()} were not measured",
+                f"the writes committed from {began.isoformat()} to {ended.isoformat()} have no lag figure",
             )
         )
     return verdicts
