@@ -48,6 +48,8 @@ class OrderFigures:
     build: dict[str, float] = field(default_factory=dict)
     rematerialize: dict[str, Any] = field(default_factory=dict)
     rss_mb: dict[str, float] = field(default_factory=dict)
+    #: when and on which revision of the package it was measured
+    measured: str = ""
 
 
 #: Seconds a full crawl may take before it is stopped (``--crawl-seconds``).

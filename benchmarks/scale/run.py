@@ -41,9 +41,10 @@ def guarded(what: str, call: Callable[[], T], failed: T) -> T:
 def measure_size(size: int, folder: Path) -> list[OrderFigures]:
     """Build a feed of ``size`` tenders and measure both orders on it."""
     found = []
+    measured = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {revision()}"
     with built(size, folder) as build:
         for order in ORDERS:
-            one = OrderFigures(size, order, build=dict(build.seconds))
+            one = OrderFigures(size, order, build=dict(build.seconds), measured=measured)
             one.pages = guarded(f"{size:,}, {order}: pages", partial(pages, build, order), {})
             one.in_sync = guarded(f"{size:,}, {order}: in-sync check", partial(in_sync, build, order), {})
             one.verify = guarded(f"{size:,}, {order}: verify", partial(verify, build, order), {})
@@ -90,11 +91,12 @@ def revision() -> str:
     return head + (" with changes" if dirty else "")
 
 
-def title(sizes: Sequence[int], measured: str = "") -> str:
+def title(figures: Sequence[OrderFigures]) -> str:
+    sizes = sorted({one.size for one in figures})
+    measured = "; ".join(dict.fromkeys(one.measured or "?" for one in figures))
     return (
         f"python -m benchmarks scale --sizes {','.join(str(size) for size in sizes)} "
-        f"({measured or datetime.now(timezone.utc).strftime('%Y-%m-%d')}, {revision()}; the embedded server, "
-        "a page of 100 items)"
+        f"(measured {measured}; the embedded server, a page of 100 items)"
     )
 
 
@@ -109,7 +111,7 @@ def run(sizes: Sequence[int] = SIZES, save_path: Path | None = None, workdir: Pa
             if save_path is not None:
                 save(save_path, measured)
             figures.extend(measured)
-    render(figures, title(sizes))
+    render(figures, title(figures))
     return figures
 
 
@@ -119,7 +121,7 @@ def from_args(args: argparse.Namespace) -> list[OrderFigures]:
     building.CACHE_SIZE = args.scale_cache_size
     if args.scale_load:
         figures = [one for path in args.scale_load for one in load(path)]
-        render(figures, title(sorted({one.size for one in figures})))
+        render(figures, title(figures))
     else:
         figures = run(args.sizes, args.scale_save, args.scale_workdir)
     if args.plot:
