@@ -200,17 +200,53 @@ def scan_in_order(
     a whole collection's ordered scan without a sort of the whole collection
     on a server that gathers every match before its limit.
 
-    Each read continues after the last row (key past its key, or at it with
-    a later ``_id``), so a row is read once. ``lowest`` gives the lowest key
-    of the rows (called once, where the first window starts). Rows without
-    the key are not read: a range on the key does not match them.
+    Each read is a range of the key alone, so an index serves it on every
+    server (a server's planner may scan the collection for an ``$or`` of
+    ranges): the next read starts at the last row's key, inclusive, and the
+    rows of that key already read are skipped; a tie group as large as a
+    chunk is read on by ``_id`` within its key. ``lowest`` gives the lowest
+    key of the rows (called once, where the first window starts). Rows
+    without the key are not read: a range on the key does not match them.
     """
     density: float | None = None
     page: dict[str, Any] = dict(query)
+    last_key: Any = None
+    seen: set[Any] = set()  # the ids read of the rows at last_key (as hashable keys)
     while True:
         rows, density = read_windowed(run, page, key, False, chunk, lowest, density)
+        fresh = [row for row in rows if row.get(key) != last_key or _hashable(row["_id"]) not in seen]
+        yield from fresh
+        if len(rows) < chunk:
+            return
+        top = rows[-1].get(key)
+        if top != last_key:
+            last_key, seen = top, set()
+        seen.update(_hashable(row["_id"]) for row in rows if row.get(key) == top)
+        if all(row.get(key) == top for row in rows):
+            # a tie group fills the chunk: read the rest of it by _id, then go on past it
+            yield from _rest_of_key(run, query, key, top, rows[-1]["_id"], chunk)
+            page = {**query, key: {"$gt": top}}
+            last_key, seen = None, set()
+        else:
+            page = {**query, key: {"$gte": top}}
+
+
+def _rest_of_key(
+    run: Run, query: Mapping[str, Any], key: str, value: Any, after: Any, chunk: int
+) -> Iterator[dict[str, Any]]:
+    """The rows of ``query`` at ``key == value`` past ``_id`` ``after``, by ``_id``."""
+    while True:
+        rows = run({**query, key: value, "_id": {"$gt": after}}, chunk)
         yield from rows
         if len(rows) < chunk:
             return
-        last_key, last_id = rows[-1].get(key), rows[-1]["_id"]
-        page = {**query, "$or": [{key: {"$gt": last_key}}, {key: last_key, "_id": {"$gt": last_id}}]}
+        after = rows[-1]["_id"]
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` as a set member (an ``_id`` may be a document)."""
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
