@@ -38,8 +38,10 @@ DIRECTIONS = (("forward", False), ("descending", True))
 BUDGET_SECONDS = 1.5
 MIN_READS, MAX_READS = 3, 60
 SLOW_SECONDS = 10.0
-#: Seconds the server's idle CPU is measured for, before the pages.
+#: Seconds the server's idle CPU is measured for, before the pages, and
+#: the rate (cores) below which it is quiet.
 IDLE_SECONDS = 5.0
+QUIET = 0.05
 #: The fields of a ``find`` that ``explain`` is given again.
 EXPLAINED = ("find", "filter", "sort", "limit", "projection", "skip", "hint")
 
@@ -134,11 +136,20 @@ def page_offsets(build: Build, store: FeedStore, order: str, descending: bool) -
 
 
 def idle_cpu(build: Build, seconds: float | None = None) -> float:
-    """The server's CPU seconds per second while nobody reads a page."""
+    """The server's CPU seconds per second while nobody reads a page: the
+    lowest rate of one-second slices (a query a stopped process had sent
+    still runs on the server for a while), for at least ``seconds``, until
+    the server is quiet or six times as long."""
     seconds = seconds or IDLE_SECONDS
-    cpu = build.database.cpu_seconds() or 0.0
-    time.sleep(seconds)
-    return ((build.database.cpu_seconds() or 0.0) - cpu) / seconds
+    rates = []
+    started = time.monotonic()
+    while True:
+        cpu = build.database.cpu_seconds() or 0.0
+        time.sleep(min(1.0, seconds))
+        rates.append(((build.database.cpu_seconds() or 0.0) - cpu) / min(1.0, seconds))
+        elapsed = time.monotonic() - started
+        if (elapsed >= seconds and min(rates) < QUIET) or elapsed >= 6 * seconds:
+            return min(rates)
 
 
 def pages(build: Build, order: str) -> dict[str, PageFigure]:
