@@ -65,8 +65,12 @@ def query_error(query_string: str) -> UrlError | None:
     """The first undecodable parameter of a raw ``QUERY_STRING``, or ``None``.
 
     Splits and unquotes the way WebOb does (``&`` and ``;`` separate pairs,
-    ``+`` is a space), so whatever passes here decodes there too.
+    ``+`` is a space), so whatever passes here decodes there too. A query
+    string of ASCII characters without a percent-escape is decodable as it
+    is, and passes without being split.
     """
+    if query_string.isascii() and "%" not in query_string:
+        return None
     try:
         data = query_string.encode("latin-1")
     except UnicodeEncodeError:  # not what a WSGI server can hand over
@@ -93,6 +97,8 @@ def query_error(query_string: str) -> UrlError | None:
 
 def path_error(script_name: str, path_info: str) -> UrlError | None:
     """An error when ``SCRIPT_NAME`` or ``PATH_INFO`` is not UTF-8 bytes."""
+    if script_name.isascii() and path_info.isascii():
+        return None
     for raw in (script_name, path_info):
         try:
             data = raw.encode("latin-1")

@@ -45,6 +45,8 @@ PATH_DISCRIMINATOR = "openprocurement_feed.feed-path"
 #: The ``request.environ`` key where the feed view leaves the number of items
 #: of the page it rendered (read by the metrics tween, :mod:`.metrics`).
 ITEMS_KEY = "openprocurement_feed.items"
+#: How many projections (one per ``opt_fields`` asked for) a feed view keeps.
+PROJECTIONS_KEPT = 256
 log = logging.getLogger("openprocurement_feed.views")  # its name from before the package had subpackages
 
 
@@ -114,8 +116,7 @@ def render_page(
     next_offset, prev_offset = page_offsets(rows, params.raw_offset, order)
     path, host_url = request.path, request.host_url
     if feed.policy.active:
-        render = feed.policy.renderer(request, render_item)
-        data = [render(row, fields) for row in rows]
+        data = feed.policy.render_rows(request, rows, fields, render_item, render_items)
     else:
         data = render_items(rows, fields)
     body: dict[str, Any] = {
@@ -158,18 +159,31 @@ def feed_validator(feed: FeedDefinition) -> Callable[..., None]:
 def feed_view(feed: FeedDefinition) -> Callable[[Request], dict[str, Any]]:
     """The ``GET`` view of one feed."""
 
+    # the projection of each opt_fields asked for, computed once (bounded:
+    # opt_fields are sorted subsets of the allowed fields)
+    projections: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def projection(opt_fields: tuple[str, ...]) -> tuple[str, ...]:
+        found = projections.get(opt_fields)
+        if found is None:
+            # only what the page shows, and what the item policy reads
+            found = feed.policy.projection(feed.default_fields + opt_fields)
+            if len(projections) < PROJECTIONS_KEPT:
+                projections[opt_fields] = found
+        return found
+
     def view(request: Request) -> dict[str, Any]:
         params: FeedParams = request.validated["feed_params"]
         filters = None
         if feed.scope:
             filters = {feed.filter_field: request.matchdict[feed.scope]}
         store = request.feed_store
+        fields = projection(params.opt_fields)
 
         def read() -> list[dict[str, Any]]:
             return store.feed_page(  # type: ignore[no-any-return]
                 store.feed_collection(feed.collection),
-                # only what the page shows, and what the item policy reads
-                feed.policy.projection(feed.default_fields + params.opt_fields),
+                fields,
                 offset=params.offset,
                 mode=params.mode,
                 descending=params.descending,
