@@ -307,9 +307,10 @@ class ItemPolicy:
         items = plain(rows, fields)
         if self.restricted_field == RESTRICTED_FIELD:
             for index, row in enumerate(rows):
-                config = row.get("config")  # is_restricted(row), written out
-                restricted = config is not None and isinstance(config, dict) and bool(config.get("restricted"))
-                if restricted and not self.is_owner(row, user):
+                if "config" not in row:  # is_restricted(row), written out
+                    continue
+                config = row["config"]
+                if isinstance(config, dict) and config.get("restricted") and not self.is_owner(row, user):
                     items[index] = self.restricted_item(row, fields)
         else:
             for index, row in enumerate(rows):
