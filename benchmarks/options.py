@@ -8,7 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
-from openprocurement_feed.commands.options import non_negative_float, positive_float, positive_int
+from openprocurement_feed.commands.options import non_negative_float, non_negative_int, positive_float, positive_int
 
 from .registry import PARTS
 from .scale.cli import add_scale_options
@@ -249,6 +249,19 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         type=lambda value: tuple(positive_int(part) for part in value.split(",")),
         default=(10_000, 100_000),
         help="mirror: the feed sizes, comma-separated (default: 10000,100000)",
+    )
+    parser.add_argument(
+        "--bad-rows",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="mirror: after each size's catch-up, N rows deleted, N set older and N extra ids written straight "
+        "into the SQLite mirror, reported exactly by verify --db --json and repaired (default: 0, none)",
+    )
+    parser.add_argument(
+        "--bad-rows-only",
+        action="store_true",
+        help="mirror: with --bad-rows, only that (one catch-up by mirror --once; no timed rounds, no table)",
     )
     return parser
 

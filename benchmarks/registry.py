@@ -103,7 +103,7 @@ PARTS: tuple[Part, ...] = (
     ),
     Part("reconcile", "reconcile", run_reconcile),
     Part("embedded-leak", "embedded_leak", lambda m, a: m.run()),
-    Part("mirror", "mirror", lambda m, a: m.run(a.mirror_sizes)),
+    Part("mirror", "mirror", lambda m, a: m.run(a.mirror_sizes, bad=a.bad_rows, bad_only=a.bad_rows_only)),
     Part("soak", "soak", lambda m, a: m.run(a), exits=True),
     Part("scale", "scale.run", lambda m, a: m.from_args(a)),
 )
