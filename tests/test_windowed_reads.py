@@ -213,3 +213,37 @@ def test_the_long_poll_watcher_finds_the_newest_stamp_in_windows(filled: FeedSto
     # the stamps end weeks before the present: the windows double across
     # the gap, and the first that reaches the stamps takes a part of them
     assert max(collection.count_documents(query) for query in finds.filters) < 700 // 2, finds.filters
+
+
+def test_the_watermark_bound_is_a_plain_range_by_the_database_clock(store: FeedStore, mongodb_uri: str) -> None:
+    """A watermark page's bound ``key <= now - W`` goes to the server as a
+    range of the key (an index serves it; an ``$expr`` with ``$$NOW`` made
+    the embedded server scan the collection), by the database's clock: a
+    document stamped by the server just now is not shown, one stamped W
+    ago is."""
+    from pymongo import MongoClient
+
+    from openprocurement_feed.store.db_clock import DatabaseClock
+
+    collection = store.collection("tenders")
+    now_stamp = {"$divide": [{"$toLong": "$$NOW"}, 1000]}
+    young, old = uuid.uuid4().hex, uuid.uuid4().hex
+    for key, shift in ((young, 0.0), (old, -30.0)):
+        collection.update_one(
+            {"_id": key},
+            [{"$set": {"is_public": True, "is_test": False, "public_modified": {"$add": [now_stamp, shift]}}}],
+            upsert=True,
+        )
+    finds = Finds("tenders")
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+    watched = FeedStore(client, store.db.name, watermark_seconds=10.0)
+    try:
+        for descending in (False, True):
+            rows = watched.feed_page(watched.collection("tenders"), [], None, "all", descending, 100)
+            assert [row["_id"] for row in rows] == [old], "the young one waits W, by the database's clock"
+        clock = DatabaseClock()
+        server_now = client.admin.command("hello")["localTime"].timestamp()
+        assert clock.now(client) <= server_now + 1.0
+    finally:
+        client.close()
+    assert finds.filters and not [query for query in finds.filters if "$expr" in query], finds.filters

@@ -24,6 +24,7 @@ from ..roles import open_client
 from ..settings import FeedSettings
 
 # the index helpers live in .indexes; they are still importable from here
+from .db_clock import DatabaseClock
 from .indexes import INDEX_KEY_SPECS_CONFLICT as INDEX_KEY_SPECS_CONFLICT
 from .indexes import INDEX_OPTIONS_CONFLICT as INDEX_OPTIONS_CONFLICT
 from .indexes import FeedIndexesMixin
@@ -82,6 +83,10 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
         if hints is None:
             hints = self.__dict__["_window_hints"] = WindowHints()
         return hints
+
+    def database_clock(self) -> DatabaseClock:
+        """The database's clock as this store's watermark bounds read it (one per store)."""
+        return self.__dict__.setdefault("_database_clock", DatabaseClock())  # type: ignore[no-any-return]
 
     def feed_order(self, name: str | None = None) -> FeedOrder:
         """The :class:`~.orders.FeedOrder` called ``name`` (default: watermark)."""
@@ -154,6 +159,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
         feed_order = self.feed_order(order)
         with feed_order.reader(collection, self.max_time_ms, key=offset_field) as reader:
             reader.hints = self.window_hints()
+            reader.clock = self.database_clock()
             rows = self._rows(
                 reader,
                 fields,
@@ -238,6 +244,7 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
         key = offset.field if offset is not None else feed_order.key
         with feed_order.reader(collection, self.max_time_ms, key=key) as reader:
             reader.hints = self.window_hints()
+            reader.clock = self.database_clock()
             rows = self._page(reader, fields, offset, mode, descending, limit, filters)
             return reader.finish(rows, fields)
 

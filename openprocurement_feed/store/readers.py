@@ -19,6 +19,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
 
+from .db_clock import DatabaseClock
 from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
 from .positions import COMMITTED_SEQ, COMMITTED_TS, FeedNotReady, positions_name, read_checkpoint, row_position
 from .windows import WindowHints, read_windowed
@@ -127,6 +128,10 @@ class PageReader:
     #: read is made in bounded windows of the key (:mod:`.windows`)
     hints: WindowHints | None = None
 
+    #: the database's clock, for a bound by it as a plain value (None: the
+    #: server evaluates ``$$NOW`` in an ``$expr``)
+    clock: DatabaseClock | None = None
+
     def __init__(self, max_time_ms: int = 0, session: ClientSession | None = None) -> None:
         self.max_time_ms = max_time_ms
         self.session = session
@@ -214,8 +219,19 @@ class WatermarkReader(PageReader):
     def bound(self, query: dict[str, Any], descending: bool, has_offset: bool) -> None:
         # Every ascending query, and a descending one without offset (its
         # first page seeds a crawler's forward sync); not history.
-        if self.key == PUBLIC_MODIFIED and self.watermark_seconds > 0 and (not descending or not has_offset):
-            query["$expr"] = self.watermark_expr()
+        if self.key != PUBLIC_MODIFIED or self.watermark_seconds <= 0 or (descending and has_offset):
+            return
+        now = self.clock.now(self.collection.database.client) if self.clock and self.collection is not None else None
+        if now is None:
+            query["$expr"] = self.watermark_expr()  # the server's own clock, evaluated by it
+            return
+        # a plain bound on the key: an index range on every server
+        existing = query.get(self.key)
+        bounded = dict(existing) if isinstance(existing, dict) else ({} if existing is None else {"$eq": existing})
+        limit = math.floor((now - self.watermark_seconds) * 1000) / 1000  # the stamps' resolution: ms
+        upper = bounded.get("$lte")
+        bounded["$lte"] = limit if upper is None else min(upper, limit)
+        query[self.key] = bounded
 
     def find(
         self, query: Mapping[str, Any], fields: Iterable[str], sort: Sequence[tuple[str, int]], limit: int

@@ -97,12 +97,13 @@ def density_of(found: list[dict[str, Any]], key: str, width: float) -> float:
 
 
 def branch_start(query: Mapping[str, Any], key: str, descending: bool) -> Any:
-    """Where a query whose key conditions all stand in ``$or`` branches (a
-    tie group's rest: key past the value, or at it with a later ``_id``)
-    starts: the loosest of the branches' near bounds; None when a branch
-    does not bound the key."""
+    """Where a query whose near bound on the key stands in ``$or`` branches
+    (a tie group's rest: key past the value, or at it with a later ``_id``;
+    a far bound, such as the watermark's, may stand beside them) starts:
+    the loosest of the branches' near bounds; None when a branch does not
+    bound the key."""
     branches = query.get("$or")
-    if key in query or not isinstance(branches, list) or not branches:
+    if not isinstance(branches, list) or not branches:
         return None
     starts = []
     for branch in branches:
