@@ -45,8 +45,9 @@ OFFSET_FIELDS = ("public_modified", "public_ts")
 RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
 #: Keys a feed filter may contain besides the offset fields.
 FILTER_KEYS = {"is_public", "is_test", "_id", "owner", "$expr", "$or", "$and", *OFFSET_FIELDS}
-#: Commands the feed may send while serving a page.
-FEED_COMMANDS = {"find", "getMore", "killCursors", "endSessions"}
+#: Commands the feed may send while serving a page (``hello``: the
+#: database's time for the watermark's bound, at most once a second).
+FEED_COMMANDS = {"find", "getMore", "killCursors", "endSessions", "hello"}
 PROPERTY_SETTINGS = hsettings(
     max_examples=150,
     deadline=None,
