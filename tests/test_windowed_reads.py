@@ -128,14 +128,25 @@ def test_windows_give_the_same_pages_and_offsets_in_commit_order(filled: FeedSto
 def gathered(store: FeedStore, finds: Finds) -> int:
     """The matches the server gathered for the queries sent (each counted
     without its limit: what a server without limit pushdown reads)."""
-    collection = store.collection("tenders")
+    collection = store.db[finds.collection]
     return sum(collection.count_documents(query) for query in finds.filters)
 
 
-def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(filled: FeedStore, mongodb_uri: str) -> None:
+@pytest.mark.parametrize("order", ["watermark", "commit"])
+def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(
+    filled: FeedStore, mongodb_uri: str, order: str
+) -> None:
     from pymongo import MongoClient
 
-    finds = Finds("tenders")
+    from openprocurement_feed.commit.sequencer import Sequencer
+    from openprocurement_feed.store.positions import positions_name
+
+    sequencer = None
+    if order == "commit":
+        sequencer = Sequencer(filled.db, {"tenders": ()}).start()
+        assert sequencer.wait_ready(timeout=60)
+        wait_sequenced(filled.db, timeout=60)
+    finds = Finds(positions_name("tenders") if order == "commit" else "tenders")
     client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
     store = FeedStore(client, filled.db.name, watermark_seconds=1.0)
     try:
@@ -143,7 +154,7 @@ def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(filled: F
         for windowed in (False, True):
             store.windowed_reads = windowed
             for name, descending in (("forward", False), ("descending", True)):
-                pages = crawl(store, "watermark", 20, descending)
+                pages = crawl(store, order, 20, descending)
                 next(pages)  # the first page (the hints' one read is counted too)
                 finds.filters.clear()
                 for _ in range(10):
@@ -151,6 +162,8 @@ def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(filled: F
                 figures[windowed, name] = gathered(store, finds)
     finally:
         client.close()
+        if sequencer is not None:
+            sequencer.stop()
     for name in ("forward", "descending"):
         assert figures[False, name] > 10 * 200, figures  # the rest of the feed, page after page
         assert figures[True, name] < 10 * 20 * 6, figures  # about the pages themselves

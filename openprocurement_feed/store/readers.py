@@ -170,7 +170,9 @@ class PageReader:
 
         descending = sort[0][1] == DESCENDING
         direction = (*name, str(descending))
-        rows, density = read_windowed(run, query, self.key, descending, limit, lowest, hints.densities.get(direction))
+        rows, density = read_windowed(
+            run, query, self.key, descending, limit, lowest, hints.densities.get(direction), self.row_value
+        )
         if density:
             hints.densities[direction] = density
         return rows

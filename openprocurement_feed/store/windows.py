@@ -83,11 +83,12 @@ def bounds(condition: Any, descending: bool) -> tuple[Any, Any]:
     return (high, low) if descending else (low, high)
 
 
-def density_of(found: list[dict[str, Any]], key: str, width: float) -> float:
+def density_of(found: list[dict[str, Any]], value_of: Callable[[Mapping[str, Any]], Any], width: float) -> float:
     """Rows per second of key of a window's rows: over the span of their
-    keys where they carry it (a window wider than its rows says too little),
-    else over the window's width."""
-    first, last = found[0].get(key), found[-1].get(key)
+    keys (``value_of(row)``) where they carry one (a window wider than its
+    rows, or a read stopped by its limit, says too little), else over the
+    window's width."""
+    first, last = value_of(found[0]), value_of(found[-1])
     if len(found) > 1 and first is not None and last is not None and shifted(first, 0) is not None:
         try:
             return len(found) / max(abs(span(first, last)), 0.001)
@@ -128,6 +129,7 @@ def read_windowed(
     limit: int,
     lowest: Callable[[], Any],
     density: float | None,
+    value_of: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], float | None]:
     """The first ``limit`` rows of ``query`` in ``(key, _id)`` order (the
     sort ``run`` applies), read in windows of ``key``; and the density (rows
@@ -135,7 +137,16 @@ def read_windowed(
 
     :param lowest: the lowest key the collection may have (a hint, read
         only where a page needs it).
+    :param value_of: a row's value of ``key`` (default: its field ``key``;
+        rows that carry their key in another form, such as the commit
+        order's ``committed_seq``, say how to read it): the density is
+        measured on the rows' own keys.
     """
+    if value_of is None:
+
+        def value_of(row: Mapping[str, Any]) -> Any:
+            return row.get(key)
+
     condition = query.get(key)
     near, far = bounds(condition, descending)
     if limit <= 0 or (condition is not None and not isinstance(condition, Mapping)):
@@ -178,12 +189,12 @@ def read_windowed(
         found = run(windowed, limit - len(rows))
         rows.extend(found)
         if found and not last:
-            seen = density_of(found, key, width)
+            seen = density_of(found, value_of, width)
         if len(rows) >= limit or last:
             return rows[:limit], seen
         # the next window: as wide as the last window's density asks for
         # the rest (a gap before it would make the page's own too low)
-        wanted = (limit - len(rows)) / density_of(found, key, width) * SLACK if found else width * 2
+        wanted = (limit - len(rows)) / density_of(found, value_of, width) * SLACK if found else width * 2
         width = min(wanted, width * MAX_GROWTH)
         edge = other
         first = False
