@@ -11,6 +11,17 @@ from pathlib import Path
 SIZES = (10_000, 100_000, 1_000_000)
 #: Seconds a full crawl may take before it is stopped.
 CRAWL_SECONDS = 900.0
+#: What is measured at each size (``--scale-parts``).
+PARTS = ("pages", "in-sync", "verify", "crawl", "rematerialize")
+
+
+def parts_list(value: str) -> tuple[str, ...]:
+    """Comma-separated parts of :data:`PARTS`."""
+    parts = tuple(part.strip() for part in value.split(",") if part.strip())
+    unknown = [part for part in parts if part not in PARTS]
+    if not parts or unknown:
+        raise argparse.ArgumentTypeError(f"expected parts among {','.join(PARTS)}, got {value!r}")
+    return parts
 
 
 def sizes_list(value: str) -> tuple[int, ...]:
@@ -40,6 +51,16 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
         default=CRAWL_SECONDS,
         metavar="S",
         help="stop a full crawl after S seconds, its figures then of the pages read; 0: never (default: %(default)s)",
+    )
+    group.add_argument(
+        "--scale-parts",
+        type=parts_list,
+        default=PARTS,
+        metavar="PART,PART",
+        help=(
+            "what to measure at each size (default: all of %(default)s); without in-sync the build ends "
+            "once every position is backfilled, the aggregates still building beside the pages"
+        ),
     )
     group.add_argument(
         "--scale-save", type=Path, default=None, metavar="FILE", help="append each size's figures to FILE (JSON lines)"

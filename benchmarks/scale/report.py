@@ -29,6 +29,11 @@ def _find(figures: Sequence[OrderFigures], size: int, order: str) -> OrderFigure
     return next((one for one in figures if one.size == size and one.order == order), None)
 
 
+def _seconds(value: float | None) -> str:
+    """Whole seconds, or ``-`` for a step not waited for."""
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _ratio(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base <= 0:
         return None
@@ -64,8 +69,9 @@ def rss_cell(role: str, one: OrderFigures) -> str:
 def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
     """(figure, goal, a cell per column) in the table's order."""
 
-    def each(cell: Callable[[OrderFigures], str]) -> list[str]:
-        return [cell(one) for one in figures]
+    def each(cell: Callable[[OrderFigures], str], part: str = "") -> list[str]:
+        """A cell per column; ``-`` where ``part`` (a field) was not measured."""
+        return [cell(one) if not part or getattr(one, part) else "-" for one in figures]
 
     def against(one: OrderFigures, size: int, get: Callable[[OrderFigures], Any]) -> float | None:
         """``one``'s figure ÷ the same figure at ``size`` (None at that size itself)."""
@@ -73,9 +79,9 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
         return None if base is None or base is one else _ratio(get(one), get(base))
 
     table: list[tuple[str, str, list[str]]] = [
-        ("build: insert_many (s)", "", each(lambda one: f"{one.build.get('insert', 0):.0f}")),
-        ("build: positions backfilled (s)", "", each(lambda one: f"{one.build.get('positions', 0):.0f}")),
-        ("build: aggregates built (s)", "", each(lambda one: f"{one.build.get('aggregates', 0):.0f}")),
+        ("build: insert_many (s)", "", each(lambda one: _seconds(one.build.get("insert")))),
+        ("build: positions backfilled (s)", "", each(lambda one: _seconds(one.build.get("positions")))),
+        ("build: aggregates built (s)", "", each(lambda one: _seconds(one.build.get("aggregates")))),
         (
             f"aggregates' build ÷ at {RECONCILE_BASE:,}",
             f"≤ {AGGREGATES_GOAL:g}×",
@@ -105,13 +111,17 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
                 lambda one: (
                     f"{one.crawl.get('pages', 0):,} / {one.crawl.get('seconds', 0):.0f}"
                     + (f" (stopped, {one.crawl.get('items', 0) / one.size:.0%})" if one.crawl.get("stopped") else "")
-                )
+                ),
+                "crawl",
             ),
         ),
         (
             "crawl: pages/s first / last tenth",
             "",
-            each(lambda one: f"{one.crawl.get('first_tenth_pps', 0):.1f} / {one.crawl.get('last_tenth_pps', 0):.1f}"),
+            each(
+                lambda one: f"{one.crawl.get('first_tenth_pps', 0):.1f} / {one.crawl.get('last_tenth_pps', 0):.1f}",
+                "crawl",
+            ),
         ),
         (
             "crawl: last ÷ first tenth",
@@ -122,7 +132,7 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
                 )
             ),
         ),
-        ("crawler's RSS (MB)", "", each(lambda one: f"{one.crawl.get('rss_mb', 0):.0f}")),
+        ("crawler's RSS (MB)", "", each(lambda one: f"{one.crawl.get('rss_mb', 0):.0f}", "crawl")),
         (
             "rematerialize (s)",
             "",
@@ -135,7 +145,8 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
                 lambda one: (
                     f"{one.in_sync.get('rounds', '-')} / {one.in_sync.get('documents', '-')} / "
                     f"{one.in_sync.get('seconds', 0) * 1000:.0f}"
-                )
+                ),
+                "in_sync",
             ),
         ),
         (
@@ -156,7 +167,8 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
                         and one.verify.get("rss_mb", 0) <= VERIFY_MB_GOAL
                         else " ✗"
                     )
-                )
+                ),
+                "verify",
             ),
         ),
     ]

@@ -19,7 +19,7 @@ from typing import TypeVar
 from . import build as building
 from . import measure
 from .build import ORDERS, built, say
-from .cli import SIZES, add_scale_options
+from .cli import PARTS, SIZES, add_scale_options
 from .measure import OrderFigures, full_crawl, in_sync, rematerialize, verify
 from .paging import PageFigure, pages
 from .report import render
@@ -38,19 +38,24 @@ def guarded(what: str, call: Callable[[], T], failed: T) -> T:
         return failed
 
 
-def measure_size(size: int, folder: Path) -> list[OrderFigures]:
-    """Build a feed of ``size`` tenders and measure both orders on it."""
+def measure_size(size: int, folder: Path, parts: Sequence[str] = PARTS) -> list[OrderFigures]:
+    """Build a feed of ``size`` tenders and measure ``parts`` of both orders on it."""
     found = []
     measured = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {revision()}"
-    with built(size, folder) as build:
+    with built(size, folder, aggregates="in-sync" in parts) as build:
         for order in ORDERS:
             one = OrderFigures(size, order, build=dict(build.seconds), measured=measured)
-            one.pages = guarded(f"{size:,}, {order}: pages", partial(pages, build, order), {})
-            one.in_sync = guarded(f"{size:,}, {order}: in-sync check", partial(in_sync, build, order), {})
-            one.verify = guarded(f"{size:,}, {order}: verify", partial(verify, build, order), {})
-            one.crawl = guarded(f"{size:,}, {order}: full crawl", partial(full_crawl, build, order), {})
+            if "pages" in parts:
+                one.pages = guarded(f"{size:,}, {order}: pages", partial(pages, build, order), {})
+            if "in-sync" in parts:
+                one.in_sync = guarded(f"{size:,}, {order}: in-sync check", partial(in_sync, build, order), {})
+            if "verify" in parts:
+                one.verify = guarded(f"{size:,}, {order}: verify", partial(verify, build, order), {})
+            if "crawl" in parts:
+                one.crawl = guarded(f"{size:,}, {order}: full crawl", partial(full_crawl, build, order), {})
             found.append(one)
-        found[-1].rematerialize = guarded(f"{size:,}: rematerialize", partial(rematerialize, build), {})
+        if "rematerialize" in parts:
+            found[-1].rematerialize = guarded(f"{size:,}: rematerialize", partial(rematerialize, build), {})
         rss = build.rss_mb()
         for one in found:
             one.rss_mb = rss
@@ -100,13 +105,18 @@ def title(figures: Sequence[OrderFigures]) -> str:
     )
 
 
-def run(sizes: Sequence[int] = SIZES, save_path: Path | None = None, workdir: Path | None = None) -> list[OrderFigures]:
-    """Measure every size and print the table."""
+def run(
+    sizes: Sequence[int] = SIZES,
+    save_path: Path | None = None,
+    workdir: Path | None = None,
+    parts: Sequence[str] = PARTS,
+) -> list[OrderFigures]:
+    """Measure ``parts`` at every size and print the table."""
     figures: list[OrderFigures] = []
     with tempfile.TemporaryDirectory(prefix="scale-bench-", dir=workdir) as name:
         for size in sizes:
             started = time.monotonic()
-            measured = measure_size(size, Path(name) / str(size))
+            measured = measure_size(size, Path(name) / str(size), parts)
             say(f"{size:,} done in {time.monotonic() - started:.0f} s")
             if save_path is not None:
                 save(save_path, measured)
@@ -123,7 +133,7 @@ def from_args(args: argparse.Namespace) -> list[OrderFigures]:
         figures = [one for path in args.scale_load for one in load(path)]
         render(figures, title(figures))
     else:
-        figures = run(args.sizes, args.scale_save, args.scale_workdir)
+        figures = run(args.sizes, args.scale_save, args.scale_workdir, args.scale_parts)
     if args.plot:
         from .plot import plot_scale
 
