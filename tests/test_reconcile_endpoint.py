@@ -495,3 +495,43 @@ def test_a_scoped_feed_reconciles_its_scope(settings: dict[str, str]) -> None:
         assert test.get(path, params={"owner": "nobody"}).json["records"] == 0
     finally:
         shutdown(app.registry)
+
+
+def test_a_feed_whose_path_is_not_its_name_is_reconciled_at_the_url_a_client_derives(
+    settings: dict[str, str],
+) -> None:
+    """The demo's watermark twin is named ``tenders_watermark`` and served at
+    ``/tenders-watermark``: a client derives ``/feeds/tenders-watermark/
+    reconcile`` from that URL (``reconcile_url``), and finds the endpoint
+    there, answering for the same feed as ``/feeds/tenders_watermark/reconcile``."""
+    from urllib.parse import urlsplit
+
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.client.reconcile import reconcile_url
+    from openprocurement_feed.demo import main
+
+    app = TestApp(
+        main({}, **dict(settings, **{"feed.order": "commit", "feed.sequencer": "off", "demo.both_orders": "true"}))
+    )
+    try:
+        store = app.app.registry.feed_store
+        store.save_data(store.collection("tenders"), {"_id": "e" * 32, "status": "active"}, insert=True)
+        derived = urlsplit(reconcile_url("http://localhost/api/2.5/tenders-watermark")).path
+        assert derived == "/api/2.5/feeds/tenders-watermark/reconcile"
+        deadline = time.monotonic() + 30
+        while True:
+            by_path = app.get(derived, status="*")
+            by_name = app.get("/api/2.5/feeds/tenders_watermark/reconcile", status="*")
+            if by_path.status_int == by_name.status_int == 200 and by_path.json["records"] == 1:
+                break
+            assert by_path.status_int in (200, 503), by_path.text
+            assert time.monotonic() < deadline, (by_path.text, by_name.text)
+            time.sleep(0.05)
+        assert by_path.json["records"] == by_name.json["records"] == 1
+        # a feed's own name keeps its endpoint, and an unknown one is a 404
+        assert app.get("/api/2.5/feeds/tenders/reconcile", status="*").status_int in (200, 503)
+        assert app.get("/api/2.5/feeds/tenders-nothing/reconcile", status=404)
+    finally:
+        shutdown(app.app.registry)

@@ -25,6 +25,7 @@ from typing import Any
 
 from cornice import Service
 from pyramid.config import Configurator
+from pyramid.httpexceptions import HTTPForbidden
 from pyramid.request import Request
 from pyramid.response import Response
 
@@ -233,8 +234,36 @@ def reconcile_post(feed: Any) -> Callable[[Request], Response]:
     return view
 
 
+def path_name(path: str) -> str:
+    """The last segment of a feed's path (``/tenders-watermark`` →
+    ``tenders-watermark``): the name a client finds the feed's reconcile
+    endpoint by (:func:`~openprocurement_feed.client.reconcile.reconcile_url`);
+    empty where it is a route parameter."""
+    segment = path.rstrip("/").rpartition("/")[2]
+    return "" if "{" in segment else segment
+
+
+def by_path(segment: str, feed: Any, make: Callable[[Any], Callable[[Request], Response]]) -> Callable[..., Any]:
+    """A view of the endpoint at ``feeds/{segment}/reconcile`` for ``feed``,
+    whose path ends in ``segment``: it serves the feed *named* ``segment``
+    where there is one (whichever of the two was registered first holds the
+    URL), with that feed's permission."""
+
+    def view(request: Request) -> Response:
+        target = feed_state(request.registry).definitions.get(segment, feed)
+        if target.permission and not request.has_permission(target.permission):
+            raise HTTPForbidden()
+        return make(target)(request)
+
+    return view
+
+
 def add_reconcile(config: Configurator, feed: Any, route_prefix: str) -> None:
-    """Register feed ``feed``'s reconcile endpoint (``GET`` and ``POST``)."""
+    """Register feed ``feed``'s reconcile endpoint (``GET`` and ``POST``),
+    at ``feeds/{name}/reconcile``, and at ``feeds/{segment}/reconcile``
+    too where the feed's path ends in another word (a client derives the
+    endpoint from the feed's URL: ``/tenders-watermark`` →
+    ``/feeds/tenders-watermark/reconcile``)."""
     service = Service(
         name=reconcile_route_name(feed.name),
         path=reconcile_path(route_prefix, feed.name),
@@ -243,3 +272,13 @@ def add_reconcile(config: Configurator, feed: Any, route_prefix: str) -> None:
     service.add_view("GET", reconcile_get(feed), permission=feed.permission)
     service.add_view("POST", reconcile_post(feed), permission=feed.permission)
     config.add_cornice_service(service)
+    segment = path_name(feed.path)
+    if segment and segment != feed.name:
+        alias = Service(
+            name=reconcile_route_name(feed.name) + ".by_path",
+            path=reconcile_path(route_prefix, segment),
+            description=f"Reconcile a copy of the {feed.name} feed (Negentropy V1), by its path",
+        )
+        alias.add_view("GET", by_path(segment, feed, reconcile_get))
+        alias.add_view("POST", by_path(segment, feed, reconcile_post))
+        config.add_cornice_service(alias)

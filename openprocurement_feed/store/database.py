@@ -86,7 +86,10 @@ class FeedStoreMixin(StampedWritesMixin, FeedIndexesMixin):
 
     def database_clock(self) -> DatabaseClock:
         """The database's clock as this store's watermark bounds read it (one per store)."""
-        return self.__dict__.setdefault("_database_clock", DatabaseClock())  # type: ignore[no-any-return]
+        clock: DatabaseClock | None = self.__dict__.get("_database_clock")
+        if clock is None:  # made once: a page asks for it every time
+            clock = self.__dict__.setdefault("_database_clock", DatabaseClock())
+        return clock
 
     def feed_order(self, name: str | None = None) -> FeedOrder:
         """The :class:`~.orders.FeedOrder` called ``name`` (default: watermark)."""
