@@ -17,8 +17,11 @@ program run by path, never imported), which mends a memory leak of the
 WiredTiger binding bundled with SecantusDB in the server's own process where
 its start-up self-test shows the leak: without it the server keeps every
 session and cursor it closed, a few of each per multi-document transaction
-and per change-stream ``getMore``. :attr:`EmbeddedServer.leak_mend` and the
-log say what became of it; ``mend_leaks=False`` starts the server without it.
+and per change-stream ``getMore``; and where its self-test shows that the C
+library keeps freed memory, it hands the server's freed memory back to the
+system every 10 s (``malloc_trim``). :attr:`EmbeddedServer.leak_mend` and
+the log say what became of both; ``mend_leaks=False`` starts the server
+without either.
 """
 
 from __future__ import annotations
@@ -154,7 +157,8 @@ class EmbeddedServer:
         (:data:`LAUNCHER`) with or without the mend as ``mend_leaks`` says.
     :param mend_leaks: with the default launcher, mend the binding's leak of
         closed sessions and cursors where the server's self-test shows it;
-        False starts the same launcher without the mend (for comparisons).
+        False starts the same launcher without the mend or the trim of freed
+        memory (for comparisons).
         A given ``launcher`` decides for itself (:data:`LAUNCHER` mends
         unless given ``--no-mend-leaks``).
     """
