@@ -260,3 +260,52 @@ def test_the_watermark_bound_is_a_plain_range_by_the_database_clock(store: FeedS
     finally:
         client.close()
     assert finds.filters and not [query for query in finds.filters if "$expr" in query], finds.filters
+
+
+@pytest.mark.parametrize("order", ["watermark", "commit"])
+@pytest.mark.parametrize("descending", [False, True], ids=["forward", "descending"])
+def test_a_first_page_finds_the_lowest_key_without_reading_the_feed(
+    filled: FeedStore, mongodb_uri: str, order: str, descending: bool
+) -> None:
+    """A process's first page without an offset needs the collection's
+    lowest key (where ascending windows start, descending ones stop): it is
+    found by a bisection of windowed reads, not by a sorted read of every
+    row, which a server without limit pushdown gathers whole (a million
+    documents: more memory than the machine has)."""
+    import time
+
+    from pymongo import MongoClient
+
+    from openprocurement_feed.commit.sequencer import Sequencer
+    from openprocurement_feed.store.positions import positions_name
+
+    head = time.time() - 3600  # a live feed's newest changes: about now
+    extra = [
+        {"_id": f"x{number:05d}", "is_public": True, "is_test": False, "public_modified": head + number}
+        for number in range(3000)
+    ]
+    filled.collection("tenders").insert_many(extra)  # a feed much larger than a page
+    sequencer = None
+    if order == "commit":
+        sequencer = Sequencer(filled.db, {"tenders": ()}).start()
+        assert sequencer.wait_ready(timeout=60)
+        wait_sequenced(filled.db, timeout=60)
+    finds = Finds(positions_name("tenders") if order == "commit" else "tenders")
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+    try:
+        figures = {}
+        for windowed in (False, True):
+            store = FeedStore(client, filled.db.name, watermark_seconds=1.0)  # fresh hints
+            store.windowed_reads = windowed
+            finds.filters.clear()
+            whole = next(crawl(store, order, 20, descending))
+            figures[windowed] = (gathered(store, finds), len(finds.filters))
+            assert len(whole[0]) == 20
+    finally:
+        client.close()
+        if sequencer is not None:
+            sequencer.stop()
+    assert figures[False][0] >= 3000, figures  # the feed's rest, or all of it
+    matches, reads = figures[True]
+    assert matches < 3000 // 3, figures  # about the newest rows and a few probes, not the feed
+    assert reads < 600, figures  # a bisection of mostly empty windowed reads, once per process

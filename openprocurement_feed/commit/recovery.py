@@ -14,7 +14,7 @@ from pymongo import ASCENDING, DESCENDING
 from ..store.listing import STATE_LISTING, STATE_SEQ
 from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
 from ..store.positions import checkpoint_of
-from ..store.windows import CLOCK_MARGIN_SECONDS, read_windowed, scan_in_order
+from ..store.windows import newest_row, scan_in_order
 from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
@@ -188,12 +188,11 @@ class CollectionRecovery(CollectionRematerializer):
         def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
             return list(self.positions.find(query, {COMMITTED_TS: 1}, sort=sort, limit=limit))
 
-        above = Timestamp(int(time.time() + CLOCK_MARGIN_SECONDS), 0)
         found = []
         for public in (True, False):
-            query = {"is_public": public, COMMITTED_TS: {"$lt": above}}
-            rows, _ = read_windowed(run, query, COMMITTED_TS, True, 1, lambda: Timestamp(0, 0), None)
-            found += [row[COMMITTED_TS] for row in rows if isinstance(row.get(COMMITTED_TS), Timestamp)]
+            row = newest_row(run, {"is_public": public}, COMMITTED_TS, Timestamp(0, 0))
+            if row is not None and isinstance(row.get(COMMITTED_TS), Timestamp):
+                found.append(row[COMMITTED_TS])
         return max(found, default=None)
 
     def recover(self) -> Timestamp:

@@ -32,7 +32,7 @@ from pymongo.read_concern import ReadConcern
 
 from ..store.orders import PUBLIC_MODIFIED, STATE_ID, now_seconds, positions_name, read_checkpoint
 from ..store.positions import CHECKPOINT
-from ..store.windows import read_windowed
+from ..store.windows import newest_row
 from .waiters import Watch
 
 log = logging.getLogger("openprocurement_feed.longpoll")
@@ -239,8 +239,8 @@ class StampWatcher(Watcher):
         def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
             return list(collection.find(query, {PUBLIC_MODIFIED: 1}, sort=sort, limit=limit))
 
-        rows, _ = read_windowed(run, {"is_public": True}, PUBLIC_MODIFIED, True, 1, lambda: 0.0, None)
-        stamp = rows[0].get(PUBLIC_MODIFIED) if rows else None
+        row = newest_row(run, {"is_public": True}, PUBLIC_MODIFIED, 0.0)
+        stamp = row.get(PUBLIC_MODIFIED) if row else None
         return float(stamp) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else None
 
     def poll(self, watch: Watch) -> None:
