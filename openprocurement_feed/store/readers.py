@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bson.timestamp import Timestamp
-from pymongo import DESCENDING
+from pymongo import ASCENDING, DESCENDING
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_concern import ReadConcern
@@ -22,7 +22,7 @@ from pymongo.read_concern import ReadConcern
 from .db_clock import DatabaseClock
 from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
 from .positions import COMMITTED_SEQ, COMMITTED_TS, FeedNotReady, positions_name, read_checkpoint, row_position
-from .windows import WindowHints, find_lowest, read_windowed
+from .windows import WindowHints, read_windowed
 
 PUBLIC_MODIFIED = "public_modified"
 PUBLIC_TS = "public_ts"
@@ -123,9 +123,6 @@ class PageReader:
     """
 
     key: str = PUBLIC_MODIFIED
-    #: the lowest key of the order's kind (stamps in seconds: 0): where the
-    #: search for a collection's lowest key starts
-    floor: Any = 0.0
 
     #: what the store learnt of its collections' keys: with them, a sorted
     #: read is made in bounded windows of the key (:mod:`.windows`)
@@ -164,16 +161,11 @@ class PageReader:
 
         def lowest() -> Any:
             # the page's own filters without its key's range (a hint for
-            # every page of the collection: found once per process, by a
-            # bisection of windowed reads, never a read of every row)
+            # every page of the collection: found once by one read)
             if name not in hints.lowest_keys:
                 unbounded = {field: value for field, value in query.items() if field != self.key}
-                down = [(self.key, DESCENDING), ("_id", DESCENDING)]
-
-                def probe(windowed: Mapping[str, Any], wanted: int) -> list[dict[str, Any]]:
-                    return self._read(collection, windowed, projection, down, wanted)
-
-                hints.lowest_keys[name] = find_lowest(probe, unbounded, self.key, self.floor, self.row_value)
+                first = self._read(collection, unbounded, {self.key: 1}, [(self.key, ASCENDING)], 1)
+                hints.lowest_keys[name] = first[0].get(self.key) if first else None
             return hints.lowest_keys[name]
 
         descending = sort[0][1] == DESCENDING
@@ -263,7 +255,6 @@ class CommitReader(PageReader):
     """
 
     key = COMMITTED_TS
-    floor = Timestamp(0, 0)
     #: ids per read of documents when fields must be filled from them (the
     #: embedded server's ``$in`` grows faster than its list)
     fill_chunk = 100

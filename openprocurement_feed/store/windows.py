@@ -264,13 +264,6 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-#: How finely :func:`find_lowest` bisects: it stops once the range left is
-#: at most this share of the span from it to the newest key (and one second).
-LOWEST_PRECISION = 1e-4
-#: Bisection steps :func:`find_lowest` takes at most.
-LOWEST_STEPS = 40
-
-
 def newest_row(run: Run, query: Mapping[str, Any], key: str, floor: Any) -> dict[str, Any] | None:
     """The row of ``query`` with the highest key at or above ``floor`` (a
     number of seconds or a ``Timestamp``; ``run`` sorts by ``(key, _id)``
@@ -290,48 +283,3 @@ def newest_row(run: Run, query: Mapping[str, Any], key: str, floor: Any) -> dict
         bounded = {**query, key: {"$gte": floor, "$lt": present}}
         rows, _ = read_windowed(run, bounded, key, True, 1, lambda: floor, None)
     return rows[0] if rows else None
-
-
-def find_lowest(
-    run: Run, query: Mapping[str, Any], key: str, floor: Any, value_of: Callable[[Mapping[str, Any]], Any]
-) -> Any:
-    """A key at or just below the lowest key of ``query``'s rows at or
-    above ``floor`` (0 for seconds, the zero ``Timestamp`` for positions),
-    found without reading the rows (``run`` sorts by ``(key, _id)``
-    *descending*); None where there are none.
-
-    A sorted read of the whole range with a limit of one gathers every row
-    on a server without limit pushdown (at a million documents, more memory
-    than the machine has), and so does any range that holds most of them.
-    This reads the newest row (windows down from the present), then
-    bisects the keys between ``floor`` and it: each step asks whether any
-    row lies below the middle by one windowed read down from the middle
-    (limit one), which costs about a page where rows are near the middle
-    and a few empty reads where there are none. The answer is a hint (a
-    page's first window is open below it): it never loses a row, only
-    costs reads when it is off.
-    """
-
-    def newest_below(low: Any, high: Any) -> Any:
-        bounded = {**query, key: {"$gte": low, "$lt": high}}
-        rows, _ = read_windowed(run, bounded, key, True, 1, lambda: low, None, value_of)
-        return value_of(rows[0]) if rows else None
-
-    newest = newest_row(run, query, key, floor)
-    high = value_of(newest) if newest is not None else None  # a row has this key
-    low = floor  # no row is below it (of those at or above the floor)
-    if high is None:
-        return None
-    top = high
-    for _ in range(LOWEST_STEPS):
-        if span(low, high) <= max(1.0, span(low, top) * LOWEST_PRECISION):
-            break
-        middle = shifted(low, span(low, high) / 2)
-        if middle is None or not low < middle < high:
-            break
-        found = newest_below(low, middle)
-        if found is None:
-            low = middle  # nothing in [low, middle)
-        else:
-            high = found  # a row at ``found``, below the middle
-    return low
