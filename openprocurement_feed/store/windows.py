@@ -140,7 +140,7 @@ def read_windowed(
     :param value_of: a row's value of ``key`` (default: its field ``key``;
         rows that carry their key in another form, such as the commit
         order's ``committed_seq``, say how to read it): the density is
-        measured on the rows' own keys.
+        taken from the rows' own keys.
     """
     if value_of is None:
 
