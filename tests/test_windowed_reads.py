@@ -169,6 +169,55 @@ def test_a_page_gathers_matches_of_the_order_of_its_limit_not_the_feed(
         assert figures[True, name] < 10 * 20 * 6, figures  # about the pages themselves
 
 
+@pytest.mark.parametrize("order", ["watermark", "commit"])
+def test_a_first_page_finds_the_lowest_key_without_gathering_the_feed(
+    filled: FeedStore, mongodb_uri: str, order: str
+) -> None:
+    """A fresh process's first page from the start of the feed: the lowest
+    key is found in reads that each gather a small part of the feed (one
+    sorted read with a limit of one gathered all of it: at a million
+    documents, more memory than the machine has), the page is the one a
+    single read gives, and the next process's first page reads no more than
+    the pages themselves do once this one has learnt the key."""
+    from pymongo import MongoClient
+
+    from openprocurement_feed.commit.sequencer import Sequencer
+    from openprocurement_feed.store.positions import positions_name
+
+    sequencer = None
+    if order == "commit":
+        sequencer = Sequencer(filled.db, {"tenders": ()}).start()
+        assert sequencer.wait_ready(timeout=60)
+        wait_sequenced(filled.db, timeout=60)
+    try:
+        filled.windowed_reads = False
+        whole, _ = next(crawl(filled, order, 20))
+        finds = Finds(positions_name("tenders") if order == "commit" else "tenders")
+        client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+        store = FeedStore(client, filled.db.name, watermark_seconds=1.0)
+        try:
+            first, _ = next(crawl(store, order, 20))
+            searched = list(finds.filters)
+            finds.filters.clear()
+            again, _ = next(crawl(store, order, 20))
+            learnt = list(finds.filters)
+        finally:
+            client.close()
+    finally:
+        if sequencer is not None:
+            sequencer.stop()
+    assert first == whole == again
+    collection = filled.db[finds.collection]
+    counts = [collection.count_documents(query) for query in searched]
+    # the widest read is the newest row's, in the window that crosses the
+    # months between the fixture's last stamp and the present
+    assert max(counts) < 700 // 3, f"a read gathered {max(counts)} of 700: {searched[counts.index(max(counts))]}"
+    assert len(searched) < 200, f"{len(searched)} reads for the first page"
+    # the next first page starts at the key learnt: no search again
+    assert len(learnt) < len(searched) // 4, (len(learnt), len(searched))
+    assert sum(collection.count_documents(query) for query in learnt) < 700 // 3, learnt
+
+
 @pytest.mark.parametrize("chunk", [1, 13, 500])
 def test_an_ordered_scan_in_windows_reads_every_row_once_in_order(filled: FeedStore, chunk: int) -> None:
     """The recovery's scan of a whole collection (scan_in_order): the rows

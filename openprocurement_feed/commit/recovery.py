@@ -14,7 +14,7 @@ from pymongo import ASCENDING, DESCENDING
 from ..store.listing import STATE_LISTING, STATE_SEQ
 from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
 from ..store.positions import checkpoint_of
-from ..store.windows import newest_row, scan_in_order
+from ..store.windows import lowest_key, newest_row, scan_in_order
 from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
@@ -54,8 +54,15 @@ class CollectionRecovery(CollectionRematerializer):
             )
 
         def lowest() -> Any:
-            first = run({"is_public": True}, 1)  # a stamp alone, once
-            return first[0].get(PUBLIC_MODIFIED) if first else None
+            # in reads of about a page each: a sorted read with a limit of
+            # one gathers the whole collection on the embedded server
+            def descending(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+                backwards = [(PUBLIC_MODIFIED, DESCENDING), ("_id", DESCENDING)]
+                return list(
+                    self.collection.find(query, {PUBLIC_MODIFIED: 1}, sort=backwards, limit=limit, session=session)
+                )
+
+            return lowest_key(run, descending, {"is_public": True}, PUBLIC_MODIFIED, 0.0)[0]
 
         # in windows of the stamp: the server never holds the whole
         # collection's documents sorted for one cursor

@@ -22,7 +22,7 @@ from pymongo.read_concern import ReadConcern
 from .db_clock import DatabaseClock
 from .listing import ROW_FIELDS, STATE_LISTING, STATE_SEQ, merge, missing, normalize
 from .positions import COMMITTED_SEQ, COMMITTED_TS, FeedNotReady, positions_name, read_checkpoint, row_position
-from .windows import WindowHints, read_windowed
+from .windows import WindowHints, lowest_key, read_windowed, starts_at_lowest
 
 PUBLIC_MODIFIED = "public_modified"
 PUBLIC_TS = "public_ts"
@@ -123,6 +123,9 @@ class PageReader:
     """
 
     key: str = PUBLIC_MODIFIED
+    #: the least value of ``key`` (its kind's zero): where windows down end
+    #: when nothing lower is known
+    floor: Any = 0.0
 
     #: what the store learnt of its collections' keys: with them, a sorted
     #: read is made in bounded windows of the key (:mod:`.windows`)
@@ -154,28 +157,55 @@ class PageReader:
         hints = self.hints
         if hints is None or not sort or limit <= 0 or sort[0][0] != self.key:
             return self._read(collection, query, projection, sort, limit)
+        unbounded = {field: value for field, value in query.items() if field != self.key}
         name = (collection.full_name, self.key)
+        lowest_name = (*name, repr(sorted(unbounded.items())))
+        asked: list[bool] = []
+        seeded: list[float] = []  # the density the search saw (none known)
+        descending = sort[0][1] == DESCENDING
+        direction = (*name, str(descending))
 
         def run(windowed: Mapping[str, Any], wanted: int) -> list[dict[str, Any]]:
             return self._read(collection, windowed, projection, sort, wanted)
 
         def lowest() -> Any:
-            # the page's own filters without its key's range (a hint for
-            # every page of the collection: found once by one read)
-            if name not in hints.lowest_keys:
-                unbounded = {field: value for field, value in query.items() if field != self.key}
-                first = self._read(collection, unbounded, {self.key: 1}, [(self.key, ASCENDING)], 1)
-                hints.lowest_keys[name] = first[0].get(self.key) if first else None
-            return hints.lowest_keys[name]
+            # the page's own filters without its key's range: found in
+            # reads of about a page each, then known to this process
+            asked.append(True)
+            if lowest_name not in hints.lowest_keys:
+                value, density = self.lowest_key(collection, unbounded)
+                hints.learn_lowest(lowest_name, value)
+                if density and not hints.densities.get(direction):
+                    seeded.append(density)
+            return hints.lowest_keys[lowest_name]
 
-        descending = sort[0][1] == DESCENDING
-        direction = (*name, str(descending))
-        rows, density = read_windowed(
-            run, query, self.key, descending, limit, lowest, hints.densities.get(direction), self.row_value
-        )
+        def floor() -> Any:
+            # a descending page's last window ends at the lowest key known,
+            # else at the key's least value (empty reads there, no search)
+            return hints.lowest_keys.get(lowest_name, self.floor)
+
+        if starts_at_lowest(query, self.key, descending):
+            lowest()  # before the windows are sized: a search seeds the density
+        density = seeded[0] if seeded else hints.densities.get(direction)
+        rows, density = read_windowed(run, query, self.key, descending, limit, lowest, density, self.row_value, floor)
         if density:
             hints.densities[direction] = density
+        if asked and rows:
+            # a page that started at the lowest key: its first row is the
+            # lowest (a hint that had gone stale heals here)
+            hints.learn_lowest(lowest_name, self.row_value(rows[0]))
         return rows
+
+    def lowest_key(self, collection: Collection[Any], query: Mapping[str, Any]) -> tuple[Any, float | None]:
+        """A key at or below the lowest key of ``query``'s rows, found in
+        reads of about a page each, and the density of the newest rows
+        (:func:`~.windows.lowest_key`)."""
+
+        def run(order: int) -> Callable[[Mapping[str, Any], int], list[dict[str, Any]]]:
+            sort = [(self.key, order), ("_id", order)]
+            return lambda windowed, wanted: self._read(collection, windowed, {self.key: 1}, sort, wanted)
+
+        return lowest_key(run(ASCENDING), run(DESCENDING), query, self.key, self.floor)
 
     def _read(
         self,
@@ -255,6 +285,7 @@ class CommitReader(PageReader):
     """
 
     key = COMMITTED_TS
+    floor = Timestamp(0, 0)
     #: ids per read of documents when fields must be filled from them (the
     #: embedded server's ``$in`` grows faster than its list)
     fill_chunk = 100

@@ -13,10 +13,15 @@ returns: same rows, same order, whatever the data.
 
 The first window of a page without a lower bound (ascending) or an upper one
 (descending) is open on that side, and the last one is open on the far side
-(past :attr:`WindowHints.end`, or past the lowest key known): no row is ever
-outside every window. The hints (the lowest key of a collection and the
-density of its rows) only make the windows fit; a wrong hint costs reads,
-never a row.
+(past the present and a day of clock margin, or past the lowest key known):
+no row is ever outside every window. The hints (the lowest key of a
+collection and the density of its rows) only make the windows fit; a wrong
+hint costs reads, never a row.
+
+The lowest key itself is found by :func:`lowest_key` in reads of about a
+page each: one sorted read of a whole collection with a limit of one is
+exactly what such a server cannot do (at a million documents it gathers more
+memory than the machine has).
 """
 
 from __future__ import annotations
@@ -38,6 +43,25 @@ MAX_GROWTH = 8.0
 #: (another machine's clock): past them the last window is open.
 CLOCK_MARGIN_SECONDS = 86400.0
 
+#: Rows a probe of :func:`lowest_key` is sized for (by the density of the
+#: feed's newest rows).
+PROBE_ROWS = 100
+#: Times :func:`lowest_key` bisects again below a row its probes missed (a
+#: gap in the keys wider than a probe hid it) before it settles.
+LOWEST_ROUNDS = 8
+#: How much finer than a probe's width :func:`lowest_key` finds the lowest
+#: key (a few more probes: the first page's first window then starts there).
+PRECISION = 8.0
+#: How much wider each window of :func:`lowest_key`'s reads down to the
+#: floor is than the empty one before it (the floor is decades below).
+SEARCH_GROWTH = 4.0
+#: How much wider :func:`lowest_key`'s probes grow each time one fell in a
+#: gap of the keys.
+GAP_GROWTH = 16.0
+#: Lowest keys one process keeps (one per collection, key and filters: a
+#: scoped feed has one per scope), the oldest forgotten first.
+MAX_LOWEST_KEYS = 4096
+
 #: Runs a query with a limit: the page's rows in ``(key, _id)`` order.
 Run = Callable[[Mapping[str, Any], int], list[dict[str, Any]]]
 
@@ -48,11 +72,21 @@ class WindowHints:
     start of an ascending first page) and the rows per second of key seen
     by the last page. Kept by the store, per collection and key."""
 
-    #: lowest keys found, per collection and key (found once by one read)
-    lowest_keys: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: lowest keys, per collection, key and filters: found by
+    #: :func:`lowest_key`, then the first row of every page that starts at
+    #: the lowest key
+    lowest_keys: dict[tuple[str, ...], Any] = field(default_factory=dict)
     #: rows per second of key the last page of a collection, key and
     #: direction showed
     densities: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def learn_lowest(self, name: tuple[str, ...], value: Any) -> None:
+        """Keep ``value`` as the lowest key of ``name`` (at most
+        :data:`MAX_LOWEST_KEYS` names, the oldest forgotten first)."""
+        self.lowest_keys.pop(name, None)
+        self.lowest_keys[name] = value
+        while len(self.lowest_keys) > MAX_LOWEST_KEYS:
+            del self.lowest_keys[next(iter(self.lowest_keys))]
 
 
 def shifted(value: Any, seconds: float) -> Any:
@@ -121,6 +155,15 @@ def branch_start(query: Mapping[str, Any], key: str, descending: bool) -> Any:
         return None
 
 
+def starts_at_lowest(query: Mapping[str, Any], key: str, descending: bool) -> bool:
+    """Whether :func:`read_windowed` starts ``query``'s windows at the
+    lowest key (an ascending page without a near bound on ``key``)."""
+    condition = query.get(key)
+    if descending or (condition is not None and not isinstance(condition, Mapping)):
+        return False
+    return bounds(condition, False)[0] is None and branch_start(query, key, False) is None
+
+
 def read_windowed(
     run: Run,
     query: Mapping[str, Any],
@@ -130,13 +173,19 @@ def read_windowed(
     lowest: Callable[[], Any],
     density: float | None,
     value_of: Callable[[Mapping[str, Any]], Any] | None = None,
+    floor: Callable[[], Any] | None = None,
+    growth: float = 2.0,
 ) -> tuple[list[dict[str, Any]], float | None]:
     """The first ``limit`` rows of ``query`` in ``(key, _id)`` order (the
     sort ``run`` applies), read in windows of ``key``; and the density (rows
     per second of key) they showed, for the next page's first window.
 
-    :param lowest: the lowest key the collection may have (a hint, read
-        only where a page needs it).
+    :param lowest: the lowest key the collection may have (a hint, asked
+        only where an ascending page starts at the lowest key); a
+        descending page ends its windows at ``floor``'s value where it has
+        one (the lowest key known, or the key's least value: no search),
+        else at ``lowest()``.
+    :param growth: how much wider the window after an empty one is.
     :param value_of: a row's value of ``key`` (default: its field ``key``;
         rows that carry their key in another form, such as the commit
         order's ``committed_seq``, say how to read it): the density is
@@ -158,7 +207,12 @@ def read_windowed(
             start = time.time() + CLOCK_MARGIN_SECONDS
     if start is None or shifted(start, 0) is None:
         return run(query, limit), density
-    end = far if far is not None else (time.time() + CLOCK_MARGIN_SECONDS if not descending else lowest())
+    if far is not None:
+        end = far
+    elif not descending:
+        end = time.time() + CLOCK_MARGIN_SECONDS
+    else:
+        end = floor() if floor is not None else lowest()
     if isinstance(start, Timestamp) and not isinstance(end, Timestamp) and end is not None:
         end = Timestamp(int(min(end, 2**32 - 1)), 0) if not descending else None
     width = limit / density * SLACK if density else FIRST_WINDOW_SECONDS
@@ -194,7 +248,7 @@ def read_windowed(
             return rows[:limit], seen
         # the next window: as wide as the last window's density asks for
         # the rest (a gap before it would make the page's own too low)
-        wanted = (limit - len(rows)) / density_of(found, value_of, width) * SLACK if found else width * 2
+        wanted = (limit - len(rows)) / density_of(found, value_of, width) * SLACK if found else width * growth
         width = min(wanted, width * MAX_GROWTH)
         edge = other
         first = False
@@ -283,3 +337,108 @@ def newest_row(run: Run, query: Mapping[str, Any], key: str, floor: Any) -> dict
         bounded = {**query, key: {"$gte": floor, "$lt": present}}
         rows, _ = read_windowed(run, bounded, key, True, 1, lambda: floor, None)
     return rows[0] if rows else None
+
+
+def floor_of(value: Any) -> Any:
+    """The least value of ``value``'s kind of key: the zero ``Timestamp``, or
+    0 seconds; None for another type."""
+    if isinstance(value, Timestamp):
+        return Timestamp(0, 0)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 0.0
+    return None
+
+
+def lowest_key(
+    ascending: Run,
+    descending: Run,
+    query: Mapping[str, Any],
+    key: str,
+    floor: Any,
+    value_of: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> tuple[Any, float | None]:
+    """A key at or below the lowest key of ``query``'s rows at or above
+    ``floor`` (the key's least value: :func:`floor_of`), close enough that a
+    window of a probe's width above it holds few rows; None where there are
+    no rows; and the density (rows per second of key) of the newest rows,
+    for the first page's windows. ``ascending`` and ``descending`` sort by
+    ``(key, _id)`` each way.
+
+    No read gathers more than about :data:`PROBE_ROWS` rows at the density
+    of the feed's newest ones, whatever the feed's size (a server without
+    limit pushdown gathers every match of a read; one sorted read of the
+    whole range is the whole collection):
+
+    1. the newest row (:func:`newest_row`) and the :data:`PROBE_ROWS` rows
+       before it, in windows down from it: where that is the whole feed, its
+       oldest row is the answer; else their density sizes a probe;
+    2. a bisection of the keys between ``floor`` and the oldest row known:
+       each step reads one probe's width at the middle (limit one); a row
+       there moves the top down to it, none moves the bottom up to the
+       middle;
+    3. a probe that fell in a gap of the keys wider than itself moved the
+       bottom past rows: a descending windowed read from the bottom looks
+       for the newest row below it, and the bisection starts again below
+       that row with probes :data:`GAP_GROWTH` times wider (at most
+       :data:`LOWEST_ROUNDS` times).
+
+    On a feed without gaps wider than a probe, about 2 log2(keys between
+    floor and the lowest / a probe's width) reads of a page's cost or less:
+    some forty at a million tenders. The answer is a hint: a page's first
+    window is open below it, so a wrong one costs reads, never a row.
+    """
+    if value_of is None:
+
+        def value_of(row: Mapping[str, Any]) -> Any:
+            return row.get(key)
+
+    newest = newest_row(descending, query, key, floor)
+    top = value_of(newest) if newest is not None else None
+    above = shifted(top, 1.0)
+    if above is None:
+        return top, None
+    rows, density = read_windowed(
+        descending,
+        {**query, key: {"$gte": floor, "$lt": above}},
+        key,
+        True,
+        PROBE_ROWS,
+        lambda: floor,
+        None,
+        value_of,
+        growth=SEARCH_GROWTH,
+    )
+    if len(rows) < PROBE_ROWS:  # the whole feed: its oldest row is the lowest
+        return (value_of(rows[-1]) if rows else top), density
+    width = max(PROBE_ROWS / density if density else FIRST_WINDOW_SECONDS, 1.0)
+    high = value_of(rows[-1])  # a row has this key
+    low = floor  # no row is below it (unless a gap hid it)
+    for _ in range(LOWEST_ROUNDS):
+        while span(low, high) > width / PRECISION:
+            middle = shifted(low, span(low, high) / 2)
+            if middle is None or not low < middle < high:
+                break
+            edge = shifted(middle, width)
+            found = ascending({**query, key: {"$gte": middle, "$lt": min(edge, high)}}, 1)
+            if found:
+                high = value_of(found[0])
+            else:
+                low = middle
+        below, _ = read_windowed(
+            descending,
+            {**query, key: {"$gte": floor, "$lt": low}},
+            key,
+            True,
+            1,
+            lambda: floor,
+            1.0 / width,
+            value_of,
+            growth=SEARCH_GROWTH,
+        )
+        if not below:
+            return low, density
+        # a probe fell in a gap: again below the row it hid, with probes
+        # wide enough to span such gaps
+        high, low = value_of(below[0]), floor
+        width *= GAP_GROWTH
+    return high, density  # the lowest key known to hold a row
