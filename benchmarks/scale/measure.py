@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,9 +62,9 @@ def full_crawl(build: Build, order: str) -> dict[str, Any]:
     (or for :data:`CRAWL_SECONDS`: then its figures are those of the pages it
     read, ``stopped`` says so)."""
     command = [sys.executable, "-m", "benchmarks.scale.crawler", build.url(order), str(LIMIT), str(CRAWL_SECONDS)]
-    code, out, rss_kb, _ = run_measured(command)
+    code, out, rss_kb, _, said = run_measured(command)
     if code != 0:
-        raise RuntimeError(f"the crawl of {build.url(order)} exited with {code}: {out[-2000:]}")
+        raise RuntimeError(f"the crawl of {build.url(order)} exited with {code}: {out[-1000:]} {said}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     times = result.pop("times")
     tenth = max(1, len(times) // 10)
@@ -74,26 +75,29 @@ def full_crawl(build: Build, order: str) -> dict[str, Any]:
     return result
 
 
-def run_measured(command: list[str], timeout: float = TIMEOUT) -> tuple[int, str, int, float]:
-    """Run ``command``: its status, its stdout, its peak RSS (KB) and its seconds."""
+def run_measured(command: list[str], timeout: float = TIMEOUT) -> tuple[int, str, int, float, str]:
+    """Run ``command``: its status, its stdout, its peak RSS (KB), its
+    seconds and the end of its stderr (what a failure said)."""
     started = time.monotonic()
-    with open(os.devnull, "wb") as quiet:
+    with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(  # nosec B603 - our own fixed commands
-            command, env=environment(), stdout=subprocess.PIPE, stderr=quiet, stdin=subprocess.DEVNULL
+            command, env=environment(), stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL
         )
-    assert process.stdout is not None
-    out = process.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    process.stdout.close()
-    return process.returncode, out, int(usage.ru_maxrss), time.monotonic() - started
+        assert process.stdout is not None
+        out = process.stdout.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        process.stdout.close()
+        errors.seek(0)
+        said = errors.read().decode("utf-8", "replace")[-2000:]
+    return process.returncode, out, int(usage.ru_maxrss), time.monotonic() - started, said
 
 
 def verify(build: Build, order: str) -> dict[str, Any]:
     """``openprocurement-feed verify URL --items FILE`` of the copy of every object."""
     command = [sys.executable, "-m", "openprocurement_feed.cli", "verify", build.url(order)]
     command += ["--items", str(build.items_file), "--json", "--timeout", "1800"]
-    code, out, rss_kb, seconds = run_measured(command)
+    code, out, rss_kb, seconds, _ = run_measured(command)
     try:
         body = json.loads(out)
     except ValueError:
