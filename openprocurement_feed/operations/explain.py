@@ -22,7 +22,7 @@ it), followed by the read of a page's documents by ``_id``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bson.timestamp import Timestamp
@@ -40,6 +40,7 @@ from ..store.orders import (
     PageReader,
 )
 from ..store.readers import keyset_filter
+from ..store.windows import Run, lowest_key, newest_row, read_windowed
 from .explain_report import format_analysis as format_analysis
 from .query_plans import COLLECTION_SCAN as COLLECTION_SCAN
 from .query_plans import DEFAULT_PROJECTION as DEFAULT_PROJECTION
@@ -164,24 +165,44 @@ def page_documents_shape(collection_name: str, ids: Sequence[Any], limit: int = 
     )
 
 
+def key_range(collection: Collection[Any], query: Mapping[str, Any], key: str, floor: Any) -> tuple[Any, Any]:
+    """The lowest and the highest ``key`` of ``query``'s rows at or above
+    ``floor`` (None, None without rows), each read in windows of about a
+    page (:func:`~.windows.lowest_key`, :func:`~.windows.newest_row`): a
+    sorted read of a whole collection with a limit of one gathers every
+    document on the embedded server."""
+
+    def run(order: int) -> Run:
+        sort = [(key, order), ("_id", order)]
+        return lambda windowed, limit: list(collection.find(windowed, {key: 1}, sort=sort, limit=limit))
+
+    newest = newest_row(run(-1), query, key, floor)
+    if newest is None:
+        return None, None
+    low, density = lowest_key(run(1), run(-1), query, key, floor)
+    first, _ = read_windowed(run(1), {**query, key: {"$gte": low}}, key, False, 1, lambda: low, density)
+    return (first[0].get(key) if first else newest.get(key)), newest.get(key)
+
+
 def sample_offset(collection: Collection[Any]) -> float:
     """A ``public_modified`` in the middle of the public documents (now when
     there are none), so offset shapes select about half the feed."""
-    public = {"is_public": True, PUBLIC_MODIFIED: {"$type": "number"}}
-    first = collection.find_one(public, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, 1)])
-    last = collection.find_one(public, {PUBLIC_MODIFIED: 1}, sort=[(PUBLIC_MODIFIED, -1)])
-    if not first or not last:
+    first, last = key_range(collection, {"is_public": True}, PUBLIC_MODIFIED, 0.0)
+    if not isinstance(first, (int, float)) or not isinstance(last, (int, float)):
         return round(time.time(), 3)
-    return round((float(first[PUBLIC_MODIFIED]) + float(last[PUBLIC_MODIFIED])) / 2, 3)
+    return round((float(first) + float(last)) / 2, 3)
 
 
 def _first_position(positions: Collection[Any], direction: int, public: bool) -> Timestamp | None:
     """The lowest (``direction`` 1) or highest (-1) ``committed_ts`` of the entries."""
-    query: dict[str, Any] = {COMMITTED_TS: {"$type": "timestamp"}}
-    if public:
-        query["is_public"] = True
-    row = positions.find_one(query, {COMMITTED_TS: 1}, sort=[(COMMITTED_TS, direction)])
-    return row[COMMITTED_TS] if row else None
+    found = [
+        key_range(positions, {"is_public": shown}, COMMITTED_TS, Timestamp(0, 0))[0 if direction == 1 else 1]
+        for shown in ((True,) if public else (True, False))
+    ]
+    ends = [value for value in found if isinstance(value, Timestamp)]
+    if not ends:
+        return None
+    return min(ends) if direction == 1 else max(ends)
 
 
 def sample_position(positions: Collection[Any]) -> Timestamp:
