@@ -231,3 +231,58 @@ def test_the_keeper_state_one_type_for_writer_and_reader() -> None:
     dated = KeeperState.from_document({"lease": datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)})
     assert dated.lease == 1_000
     assert not KeeperState.from_document({"lease": True}).alive(0), "a boolean is no lease"
+
+
+def test_a_build_reads_the_documents_in_windows_and_misses_none_changed_meanwhile(
+    tenders: Any, mongodb_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's scan reads the documents a chunk at a time in windows of
+    the stamp: no read gathers the collection (one read of every public
+    document made the embedded server decode all of them at once); a
+    document changed during the build (its stamp moves up) is still shown."""
+    from pymongo import monitoring
+
+    class Filters(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.sent: list[dict[str, Any]] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command_name == "find" and event.command.get("find") == tenders.name:
+                self.sent.append(dict(event.command.get("filter") or {}))
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    monkeypatch.setattr(aggregates, "SCAN_CHUNK", 50)
+    monkeypatch.setattr(aggregates, "SCAN_SECONDS", 0.0)  # a chunk a batch
+    monkeypatch.setattr(aggregates, "QUIET_SCAN_SECONDS", 0.0)
+    keys = [uuid.uuid4().hex for _ in range(600)]
+    # a live feed: its stamps up to the present (a read down from the
+    # present across months before a dense burst would take the burst whole)
+    since = (datetime.now(timezone.utc) - START).total_seconds() - 600 * 7.0
+    tenders.insert_many([document(key, since + number * 7.0) for number, key in enumerate(keys)])
+    filters = Filters()
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[filters])
+    try:
+        keeper = AggregateKeeper(client[tenders.database.name][tenders.name])
+        moved = 0
+        for _ in range(100):
+            keeper.handle([], caught_up=True)
+            if keeper.built:
+                break
+            # the oldest not yet moved jumps past the newest, as an edit does
+            doc = document(keys[moved], since + 600 * 7.0 + moved)
+            tenders.replace_one({"_id": doc["_id"]}, doc)
+            keeper.handle([event(doc)], caught_up=False)
+            moved += 1
+    finally:
+        client.close()
+    assert keeper.built and moved > 3
+    assert_records_match_documents(tenders)
+    counts = [tenders.count_documents(query) for query in filters.sent]
+    assert counts and max(counts) < 600 // 3, (
+        f"a read gathered {max(counts)} of 600: {filters.sent[counts.index(max(counts))]}"
+    )
