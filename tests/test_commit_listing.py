@@ -146,7 +146,11 @@ def test_a_commit_page_is_two_reads_of_the_positions(monitored: tuple[TestApp, F
         "status": "active",
     }
     positions = positions_name("tenders")
-    assert listener.commands == [("find", positions), ("find", positions)], "the checkpoint, then the entries"
+    # the checkpoint, then the entries without a getMore: in one window,
+    # or two where the page's positions cross into a second past the
+    # first window's (a window of positions is whole seconds wide)
+    assert listener.commands[:2] == [("find", positions), ("find", positions)], "the checkpoint, then the entries"
+    assert listener.commands[2:] in ([], [("find", positions)]), listener.commands
 
 
 def test_a_commit_feed_cannot_list_an_entry_field(settings: dict[str, str]) -> None:

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, islice
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, UpdateOne
+from pymongo import UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -75,7 +75,7 @@ from ..store.buckets import (
 )
 from ..store.keeper_state import APPLIED, BUILT, FOREIGN, STATE_FIELDS, WALL, KeeperState
 from ..store.readers import PUBLIC_MODIFIED
-from ..store.windows import Run, lowest_key, scan_in_order
+from ..store.scans import documents_in_windows
 from .aggregate_writes import (
     KeeperStats,
     add_deltas,
@@ -300,36 +300,19 @@ class AggregateKeeper:
             self.cache.clear()
             self.emptied.clear()
             self.build_ids, self.build_deltas = set(), {}
-            self.scan = self._records_of_documents(self._in_windows({"is_public": True}, projection))
+            self.scan = self._records_of_documents(
+                documents_in_windows(self.documents, {"is_public": True}, projection, SCAN_CHUNK)
+            )
             return
         since = wall / 1_000_000 - CATCH_UP_MARGIN_SECONDS
         changed = (
             doc
             for public in (True, False)
-            for doc in self._in_windows({"is_public": public, PUBLIC_MODIFIED: {"$gt": since}}, projection)
+            for doc in documents_in_windows(
+                self.documents, {"is_public": public, PUBLIC_MODIFIED: {"$gt": since}}, projection, SCAN_CHUNK
+            )
         )
         self.scan = chain(self._records_of_documents(changed), self._vanished())
-
-    def _in_windows(self, query: Mapping[str, Any], projection: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """The documents of ``query`` in stamp order, :data:`SCAN_CHUNK` at a
-        time in windows of the stamp (:func:`~.windows.scan_in_order`): one
-        read of every match (sorted or not) makes the embedded server gather
-        and decode the whole collection at once, gigabytes at a million
-        documents. A document changed during the scan moves up the stamps
-        (read again, where versions decide), never below the scan."""
-        fields = {**projection, PUBLIC_MODIFIED: 1}
-
-        def run(order: int) -> Run:
-            sort = [(PUBLIC_MODIFIED, order), ("_id", order)]
-            return lambda windowed, limit: list(
-                self.documents.find(windowed, fields, sort=sort, limit=limit, batch_size=limit)
-            )
-
-        def lowest() -> Any:
-            unbounded = {name: value for name, value in query.items() if name != PUBLIC_MODIFIED}
-            return lowest_key(run(ASCENDING), run(DESCENDING), unbounded, PUBLIC_MODIFIED, 0.0)[0]
-
-        return scan_in_order(run(ASCENDING), query, PUBLIC_MODIFIED, SCAN_CHUNK, lowest)
 
     def _records_of_documents(self, docs: Iterable[Mapping[str, Any]]) -> Iterator[Record | None]:
         """The records of a scan's documents (a public one whose id is not

@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from bson.timestamp import Timestamp
-from pymongo import ASCENDING, DESCENDING
+from pymongo import DESCENDING
 
 from ..store.listing import STATE_LISTING, STATE_SEQ
 from ..store.orders import COMMITTED_TS, HISTORY_LOST, PUBLIC_MODIFIED, STATE_ID
 from ..store.positions import checkpoint_of
-from ..store.windows import lowest_key, newest_row, scan_in_order
+from ..store.scans import documents_in_windows
+from ..store.windows import newest_row
 from .history import present_token
 from .rematerialize import CollectionRematerializer
 from .stamps import RESTAMP_CHUNK, PositionCounter, chunks, cluster_time, hashable, predecessor, successor
@@ -46,27 +47,9 @@ class CollectionRecovery(CollectionRematerializer):
     def _restamp(self, ceiling: Timestamp, floor: Timestamp | None, session: Any) -> int:
         counter = PositionCounter(ceiling, floor)
         projection = {"_id": 1, **{name: 1 for name in self.document_fields()}}
-        sort = [(PUBLIC_MODIFIED, ASCENDING), ("_id", ASCENDING)]
-
-        def run(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
-            return list(
-                self.collection.find(query, projection, sort=sort, limit=limit, batch_size=limit, session=session)
-            )
-
-        def lowest() -> Any:
-            # in reads of about a page each: a sorted read with a limit of
-            # one gathers the whole collection on the embedded server
-            def descending(query: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
-                backwards = [(PUBLIC_MODIFIED, DESCENDING), ("_id", DESCENDING)]
-                return list(
-                    self.collection.find(query, {PUBLIC_MODIFIED: 1}, sort=backwards, limit=limit, session=session)
-                )
-
-            return lowest_key(run, descending, {"is_public": True}, PUBLIC_MODIFIED, 0.0)[0]
-
         # in windows of the stamp: the server never holds the whole
         # collection's documents sorted for one cursor
-        cursor = scan_in_order(run, {"is_public": True}, PUBLIC_MODIFIED, RESTAMP_CHUNK, lowest)
+        cursor = documents_in_windows(self.collection, {"is_public": True}, projection, RESTAMP_CHUNK, session)
         written = 0
         for chunk in chunks(cursor, RESTAMP_CHUNK):
             known = {

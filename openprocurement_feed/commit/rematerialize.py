@@ -15,6 +15,7 @@ from pymongo.errors import PyMongoError
 
 from ..store.listing import STATE_LISTING, STATE_SEQ, STATE_TARGET, covers, take
 from ..store.orders import COMMITTED_SEQ, COMMITTED_TS, STATE_ID, position_seq
+from ..store.scans import documents_in_windows
 from .entries import CollectionEntries
 from .stamps import RESTAMP_CHUNK, chunks
 
@@ -79,7 +80,9 @@ class CollectionRematerializer(CollectionEntries):
         listing). Returns False when stopped or superseded before the end."""
         began = time.monotonic()
         projection = {"_id": 1, **{name: 1 for name in self.document_fields()}}
-        cursor = self.collection.find({"is_public": True}, projection, batch_size=RESTAMP_CHUNK)
+        # in windows of the stamp: one read of every document makes the
+        # embedded server gather the whole collection at once
+        cursor = documents_in_windows(self.collection, {"is_public": True}, projection, RESTAMP_CHUNK)
         for chunk in chunks(cursor, RESTAMP_CHUNK):
             if self.stopping.is_set():
                 return False
