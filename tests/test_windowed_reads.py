@@ -309,3 +309,33 @@ def test_the_watermark_bound_is_a_plain_range_by_the_database_clock(store: FeedS
     finally:
         client.close()
     assert finds.filters and not [query for query in finds.filters if "$expr" in query], finds.filters
+
+
+def test_the_long_poll_watcher_of_an_empty_collection_searches_once(store: FeedStore, mongodb_uri: str) -> None:
+    """A watcher whose collection has no stamp yet searches down from the
+    present once (some twenty-five empty reads), then polls the stamps
+    above the key's least value: no search at every poll; the first
+    document written is still seen."""
+    from pymongo import MongoClient
+
+    from openprocurement_feed.longpoll.notifier import LongPollNotifier
+    from openprocurement_feed.longpoll.waiters import Watch
+    from openprocurement_feed.longpoll.watchers import StampWatcher
+
+    finds = Finds("tenders")
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[finds])
+    watching = FeedStore(client, store.db.name, watermark_seconds=1.0)
+    try:
+        watcher = StampWatcher(LongPollNotifier(watching, watermark_seconds=1.0))
+        watch = Watch("watermark", "tenders")
+        watcher.poll(watch)
+        assert finds.filters, "the first poll searches"
+        finds.filters.clear()
+        for _ in range(3):
+            watcher.poll(watch)
+        assert finds.filters == []
+        store.collection("tenders").insert_one({"_id": "a" * 32, "is_public": True, "public_modified": 1.7e9})
+        watcher.poll(watch)
+        assert watch.newest == 1.7e9 and finds.filters == []
+    finally:
+        client.close()

@@ -253,9 +253,14 @@ class StampWatcher(Watcher):
             # sorts in memory and applies a limit only after the sort)
             match[PUBLIC_MODIFIED] = {"$gt": watch.newest}
         else:
+            # the first read: from the newest stamp, not over every
+            # document; a collection without one is watched from the key's
+            # least value on (the search down from the present, some
+            # twenty-five empty reads, is not made again at every poll)
             newest = self.newest_stamp(watch)
-            if newest is not None:  # the first read: from the newest stamp, not over every document
-                match[PUBLIC_MODIFIED] = {"$gte": newest}
+            if newest is None:
+                watch.newest = 0.0
+            match[PUBLIC_MODIFIED] = {"$gte": newest} if newest is not None else {"$gt": 0.0}
         found = list(
             notifier.store.feed_collection(watch.collection).aggregate(
                 [
