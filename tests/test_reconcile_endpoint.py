@@ -43,10 +43,14 @@ class Commands(monitoring.CommandListener):
         self.lock = threading.Lock()
         self.names: list[str] = []
         self.documents = 0
+        #: the pipelines of the aggregate commands sent
+        self.pipelines: list[list[Any]] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         with self.lock:
             self.names.append(event.command_name)
+            if event.command_name == "aggregate":
+                self.pipelines.append(list(event.command.get("pipeline") or ()))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         cursor = event.reply.get("cursor") if isinstance(event.reply, dict) else None
@@ -384,7 +388,7 @@ def message_with(*parts: bytes) -> bytes:
         (message_with(), {"until": str(2**62)}, "until", "above the feed's horizon"),
     ],
 )
-def test_malformed_requests_are_400_json_errors_that_read_the_database_at_most_once(
+def test_malformed_requests_are_400_json_errors_that_read_only_the_state(
     app: App, body: bytes, params: dict[str, str], name: str, words: str | None
 ) -> None:
     app.commands.take()
@@ -396,7 +400,19 @@ def test_malformed_requests_are_400_json_errors_that_read_the_database_at_most_o
         error = answer.json["errors"][0]
         assert answer.json["status"] == "error" and error["name"] == name and words in error["description"]
     names, _ = app.commands.take()
-    assert len(names) <= 1, names
+    # at most the state's reads: the database's time, then the aggregates'
+    # state and the checkpoint, each by its _id (no read of the feed)
+    assert names == ["aggregate", "find", "find"][: len(names)], names
+
+
+def test_the_state_is_read_by_id_not_by_a_union_of_whole_collections(app: App) -> None:
+    """The state read names no collection to read whole: a ``$unionWith``
+    made the embedded server read every position and record (a million of
+    each) at every request of a reconcile."""
+    app.commands.pipelines.clear()
+    app.post(b"\x61", status=200, until="1000")
+    assert app.commands.pipelines, "the database's time is read"
+    assert not [stage for pipeline in app.commands.pipelines for stage in pipeline if "$unionWith" in stage]
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(app: App) -> None:

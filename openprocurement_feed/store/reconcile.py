@@ -297,25 +297,22 @@ class ReconcileSource:
 
     def _read_state(self) -> KeeperState:
         """The keeper's state, the database's time and (commit order) the
-        checkpoint: one read."""
+        checkpoint: the time first, then each state document by its
+        ``_id`` (an index lookup on every server; a ``$unionWith`` of them
+        made the embedded server read both whole collections, a million
+        positions and records at every request of a reconcile)."""
         if self._state is None:
-            stages: list[dict[str, Any]] = [{"$documents": [{"kind": "now"}]}, {"$set": {"now": "$$NOW"}}]
-            if self.aggregates:
-                keep = {**dict.fromkeys(STATE_FIELDS, 1), "kind": "aggregates"}
-                pipeline = [{"$match": {"_id": STATE_ID}}, {"$project": keep}]
-                stages.append({"$unionWith": {"coll": self.records.name, "pipeline": pipeline}})
-            if order_kind(self.order).sequenced:
-                pipeline = [
-                    {"$match": {"_id": POSITIONS_STATE_ID}},
-                    {"$project": {"checkpoint": 1, "kind": "positions"}},
-                ]
-                stages.append({"$unionWith": {"coll": positions_name(self.collection.name), "pipeline": pipeline}})
             database = self.collection.database.with_options(read_concern=ReadConcern("majority"))
-            rows = {row.get("kind"): row for row in database.aggregate(stages)}
-            now = rows.get("now", {}).get("now")
+            rows = list(database.aggregate([{"$documents": [{"kind": "now"}]}, {"$set": {"now": "$$NOW"}}]))
+            now = rows[0].get("now") if rows else None
             self._now_us = micros(now) if isinstance(now, datetime) else time.time_ns() // 1000
-            self._checkpoint = checkpoint_of(rows.get("positions"))
-            self._state = KeeperState.from_document(rows.get("aggregates"))
+            found = None
+            if self.aggregates:
+                found = self.records.find_one({"_id": STATE_ID}, dict.fromkeys(STATE_FIELDS, 1))
+            if order_kind(self.order).sequenced:
+                positions = database[positions_name(self.collection.name)]
+                self._checkpoint = checkpoint_of(positions.find_one({"_id": POSITIONS_STATE_ID}, {"checkpoint": 1}))
+            self._state = KeeperState.from_document(found)
         return self._state
 
     def feed_horizon(self) -> int:
