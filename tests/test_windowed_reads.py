@@ -339,3 +339,31 @@ def test_the_long_poll_watcher_of_an_empty_collection_searches_once(store: FeedS
         assert watch.newest == 1.7e9 and finds.filters == []
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["forward", "descending"])
+def test_a_density_hint_far_too_low_is_mended_by_the_page_it_spoils(filled: FeedStore, descending: bool) -> None:
+    """A page read with a density hint a million times too low takes its
+    rows from one window that reaches the end of the feed; the density it
+    hands to the next page is that of its rows, so the next page's window
+    fits again (a hint that stayed low made every page a read of the rest
+    of the feed)."""
+    from openprocurement_feed.store.windows import read_windowed
+
+    collection = filled.collection("tenders")
+    order = -1 if descending else 1
+    sort = [("public_modified", order), ("_id", order)]
+    query = {"is_public": True, "is_test": False}
+
+    def run(windowed: Any, limit: int) -> list[dict[str, Any]]:
+        return list(collection.find(windowed, {"public_modified": 1}, sort=sort, limit=limit))
+
+    whole = run(query, 20)
+    lowest = whole[0]["public_modified"] if not descending else 0.0
+    rows, density = read_windowed(
+        run, query, "public_modified", descending, 20, lambda: lowest, 1e-9, None, lambda: 0.0
+    )
+    assert [row["_id"] for row in rows] == [row["_id"] for row in whole]
+    # the fixture's 700 rows span about 400 days: 2e-5 rows a second on
+    # average, far denser where they are
+    assert density is not None and density > 1e-6, density

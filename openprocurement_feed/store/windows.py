@@ -242,7 +242,10 @@ def read_windowed(
             windowed.pop(key, None)
         found = run(windowed, limit - len(rows))
         rows.extend(found)
-        if found and not last:
+        if found and (not last or len(found) > 1):
+            # the last window (open on its far side) shows a density by its
+            # rows' keys alone: without it, a density hint far too low made
+            # every page's first window reach the end, and stayed
             seen = density_of(found, value_of, width)
         if len(rows) >= limit or last:
             return rows[:limit], seen
