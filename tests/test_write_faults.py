@@ -459,3 +459,33 @@ def test_a_sample_create_that_keeps_failing_is_a_clear_error(demo_url: tuple[str
     with pytest.raises(CreateFailed, match=r"creating a sample tender failed: HTTP 503"):
         create_objects(url, "tenders", 1, seed=1, session=create_session(retries=1))
     assert db.tenders.count_documents({}) == 0
+
+
+@pytest.mark.parametrize("command", ["find", "aggregate"])
+def test_an_election_during_a_first_page_or_a_reconcile_state_read_is_503(
+    demo: tuple[Any, Any], arm: Arm, command: str
+) -> None:
+    """A process's first page (its search for the lowest key, many small
+    finds) and the reconcile endpoint's state reads (the database's time,
+    then two finds by _id) meet an election: a 503 JSON error with
+    Retry-After, never a 500; the same requests answer once it is over."""
+    app, _ = demo
+    post(app, "first")
+    arm([command], mode="alwaysOn", errorCode=10107)
+    answers = [
+        app.get(TENDERS + "?limit=5", status="*"),
+        app.post(
+            "/api/2.5/feeds/tenders/reconcile?until=1000",
+            b"\x61",
+            status="*",
+            headers={"Content-Type": "application/octet-stream"},
+        ),
+    ]
+    if command == "find":
+        assert all(answer.status_int == 503 for answer in answers), [answer.text for answer in answers]
+    for answer in answers:
+        assert answer.status_int in (200, 503), answer.text
+        if answer.status_int == 503:
+            assert answer.headers.get("Retry-After") == "1" and answer.json["status"] == "error"
+    arm([command], mode="off")
+    assert app.get(TENDERS + "?limit=5").status_int == 200

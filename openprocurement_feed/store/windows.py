@@ -342,16 +342,6 @@ def newest_row(run: Run, query: Mapping[str, Any], key: str, floor: Any) -> dict
     return rows[0] if rows else None
 
 
-def floor_of(value: Any) -> Any:
-    """The least value of ``value``'s kind of key: the zero ``Timestamp``, or
-    0 seconds; None for another type."""
-    if isinstance(value, Timestamp):
-        return Timestamp(0, 0)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return 0.0
-    return None
-
-
 def lowest_key(
     ascending: Run,
     descending: Run,
@@ -361,7 +351,7 @@ def lowest_key(
     value_of: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> tuple[Any, float | None]:
     """A key at or below the lowest key of ``query``'s rows at or above
-    ``floor`` (the key's least value: :func:`floor_of`), close enough that a
+    ``floor`` (the key's least value: 0 seconds, the zero ``Timestamp``), close enough that a
     window of a probe's width above it holds few rows; None where there are
     no rows; and the density (rows per second of key) of the newest rows,
     for the first page's windows. ``ascending`` and ``descending`` sort by
