@@ -123,6 +123,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "reconcile_frame_size_limit": Setting(
             "feed.reconcile_frame_size_limit", "FEED_RECONCILE_FRAME_SIZE_LIMIT", "500000"
         ),
+        "reconcile_feed_limit": Setting("feed.reconcile_feed_limit", "FEED_RECONCILE_FEED_LIMIT", "10000"),
     }
 )
 #: ``mongodb.*`` keys of upstream-shaped hosts that this package does not
@@ -189,6 +190,9 @@ class FeedSettings:
     reconcile_aggregates: bool = True
     #: the largest reconcile message the endpoint reads or answers (bytes)
     reconcile_frame_size_limit: int = 500_000
+    #: with the aggregates on, the most objects the reconcile endpoint reads
+    #: from the feed itself while no keeper answers for them (0: no bound)
+    reconcile_feed_limit: int = 10_000
     #: the bounds of the embedded server (``embedded://`` only): its oplog's
     #: entries and age, and its storage engine's cache
     embedded_oplog_max_entries: int = 20_000
@@ -357,6 +361,7 @@ def parse_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
         timezone=parse_timezone(*raw("timezone")),
         reconcile_aggregates=parse_bool(*raw("reconcile_aggregates")),
         reconcile_frame_size_limit=parse_frame_size_limit(*raw("reconcile_frame_size_limit")),
+        reconcile_feed_limit=parse_non_negative_int(*raw("reconcile_feed_limit")),
         embedded_oplog_max_entries=parse_positive_int(*raw("embedded_oplog_max_entries")),
         embedded_oplog_retention_seconds=parse_positive_seconds(*raw("embedded_oplog_retention_seconds")),
         embedded_cache_size=parse_cache_size(*raw("embedded_cache_size")),

@@ -196,3 +196,39 @@ def test_a_burst_past_the_oplog_reaches_the_feed_with_the_sequencer_in_its_own_p
     assert "skipped changes" in err and "recovered" in err, err[-2000:]
     assert "Traceback" not in err
     assert_not_ok_while_lost(sampler)
+
+
+def test_a_read_is_caught_up_only_where_the_oplog_ends_not_where_the_server_stopped_looking(
+    small_oplog: EmbeddedServer,
+) -> None:
+    """The embedded server's change stream examines a few hundred oplog
+    entries a read: a read that brings nothing of the followed collection
+    yet moves the stream's point went through other collections' entries
+    (the follower's own writes among them), not to the oplog's end. A batch
+    called caught up there left the follower ever further behind its busy
+    neighbours, until its point left the oplog and it recovered (a million
+    tenders' aggregates build did so twice)."""
+    from openprocurement_feed.commit.collection import CollectionSequencer
+
+    client: MongoClient[Any] = MongoClient(small_oplog.uri)
+    try:
+        db = client["reads"]
+        db["tenders"].insert_one({"_id": "first"})
+        follower = CollectionSequencer(db["tenders"])
+        with db.watch([{"$match": {"ns.coll": "tenders"}}], max_await_time_ms=1) as stream:
+            assert stream.try_next() is None  # the stream's point: now
+            for start in range(0, 3000, 500):  # past what one read examines
+                db["neighbour"].insert_many([{"n": n} for n in range(start, start + 500)])
+            db["tenders"].insert_one({"_id": "second"})
+            batches = 0
+            while True:
+                events, caught_up = follower.read_batch(stream)
+                batches += 1
+                if events or caught_up:
+                    break
+                assert batches < 1000, "the stream never reached the end of the oplog"
+            assert [event["documentKey"]["_id"] for event in events] == ["second"], (
+                f"caught up after {batches} batches without the event written last"
+            )
+    finally:
+        client.close()

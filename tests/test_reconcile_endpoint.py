@@ -551,3 +551,56 @@ def test_a_feed_whose_path_is_not_its_name_is_reconciled_at_the_url_a_client_der
         assert app.get("/api/2.5/feeds/tenders-nothing/reconcile", status=404)
     finally:
         shutdown(app.app.registry)
+
+
+@pytest.mark.parametrize("aggregates", ["true", "false"])
+def test_without_a_keeper_a_feed_over_the_limit_is_not_read_whole(settings: dict[str, str], aggregates: str) -> None:
+    """No follower keeps the aggregates (``feed.sequencer = off``): with them
+    on, a feed of more than ``feed.reconcile_feed_limit`` objects answers 503
+    naming the setting, after reading one object more than the limit; at the
+    limit, or with the aggregates off (the deployment chose the feed), the
+    records come from the feed."""
+    from webtest import TestApp
+
+    from openprocurement_feed import shutdown
+    from openprocurement_feed.demo import main
+
+    extra = {"feed.sequencer": "off", "feed.reconcile_aggregates": aggregates, "feed.reconcile_feed_limit": "5"}
+    web = TestApp(main({}, **dict(settings, **extra)))
+    try:
+        rng = random.Random(3)
+        for _ in range(5):
+            web.post_json("/api/2.5/tenders", {"data": tender(rng, None)})
+        deadline = time.monotonic() + 30
+        while (answer := web.get(PATH).json)["records"] < 5:  # the watermark passes them
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.1)
+        assert answer["source"] == "feed"
+        web.post_json("/api/2.5/tenders", {"data": tender(rng, None)})
+        deadline = time.monotonic() + 30
+        while True:
+            response = web.get(PATH, status="*")
+            if aggregates == "false":
+                assert response.status_int == 200, response.text
+                if response.json["records"] == 6:
+                    break
+            elif response.status_int == 503:
+                assert response.headers["Retry-After"] == "1"
+                error = response.json["errors"][0]
+                assert "feed.reconcile_feed_limit = 5" in error["description"], error
+                assert "the sequencer keeps them" in error["description"], error
+                body = Negentropy(VectorStorage.of([])).initiate()
+                posted = web.post(
+                    f"{PATH}?until={answer['until']}",
+                    body,
+                    headers={"Content-Type": "application/octet-stream"},
+                    status="*",
+                )
+                assert posted.status_int == 503 and "feed.reconcile_feed_limit" in posted.text
+                break
+            else:
+                assert response.json["records"] == 5, "over the limit, yet answered from the feed"
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.1)
+    finally:
+        shutdown(web.app.registry)

@@ -286,3 +286,47 @@ def test_a_build_reads_the_documents_in_windows_and_misses_none_changed_meanwhil
     assert counts and max(counts) < 600 // 3, (
         f"a read gathered {max(counts)} of 600: {filters.sent[counts.index(max(counts))]}"
     )
+
+
+def test_a_builds_buckets_are_written_a_chunk_a_batch_and_changes_meanwhile_add_up(
+    tenders: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A million objects make about two million buckets: a build writes them
+    a chunk per batch of its follower (whose next batch waits for the turn),
+    not all in one turn. The batches' changes meanwhile go to their buckets
+    at once; a bucket they leave at a count of 0 (a record out, another in)
+    is not swept before the build's records reach it."""
+    monkeypatch.setattr(aggregates, "SCAN_CHUNK", 4)
+    monkeypatch.setattr(aggregates, "BUCKET_CHUNK", 1)
+    monkeypatch.setattr(aggregates, "SCAN_SECONDS", 0.0)  # a chunk a batch
+    monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)
+    monkeypatch.setattr(aggregates, "SWEEP_SECONDS", 0.0)  # a sweep at every write allowed
+    keys = [uuid.uuid4().hex for _ in range(12)]
+    tenders.insert_many([document(key, number * 20.0) for number, key in enumerate(keys)])
+    keeper = AggregateKeeper(tenders)
+    for _ in range(4):  # the scan, a chunk a batch: then its buckets
+        keeper.handle([], caught_up=False)
+    assert keeper.stats.errors == 0, keeper.stats.last_error
+    assert keeper.bucket_writes and not keeper.built
+    total = len(keeper.bucket_writes)
+    # one record into the coarsest bucket, another out of it
+    tenders.delete_one({"_id": keys[0]})
+    added = document(uuid.uuid4().hex, 300.0)
+    tenders.insert_one(added)
+    patched = document(keys[5], 400.0)
+    tenders.replace_one({"_id": keys[5]}, patched)
+    turns = 0
+    # the record in first, then the other out: the bucket, not written by the
+    # build yet, is left at a count of 0 and the sum of the two
+    batches = [[event(added)], [delete_event(keys[0], 500.0), event(patched)]]
+    while not keeper.built:
+        before = len(keeper.bucket_writes or ())
+        keeper.handle(batches.pop(0) if batches else [], caught_up=False)
+        turns += 1
+        assert keeper.stats.errors == 0, keeper.stats.last_error
+        assert before - len(keeper.bucket_writes or ()) <= 1, "one chunk a batch"
+        assert turns <= total + 2
+    assert turns >= total > 12, "the buckets took a batch each"
+    assert_records_match_documents(tenders)
+    keeper.handle([], caught_up=True)  # the sweep, now that the build's buckets are in
+    assert_records_match_documents(tenders)

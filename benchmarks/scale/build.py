@@ -36,10 +36,13 @@ from pymongo import MongoClient
 from openprocurement_feed.demo.load import sample_tender
 from openprocurement_feed.embedded.server import EmbeddedServer, free_port
 from openprocurement_feed.settings import parse_settings
+from openprocurement_feed.store.buckets import reconcile_name
+from openprocurement_feed.store.keeper_state import KeeperState
 from openprocurement_feed.store.listing import STATE_SEQ
 from openprocurement_feed.store.orders import STATE_ID, positions_name
 
 from ..soak.probes import descendants, rss_bytes
+from .visible import VisibleProbe
 
 DB_NAME = "scale"
 #: The orders, each served by a web process of its own.
@@ -268,26 +271,39 @@ def wait_sequenced(build: Build, aggregates: bool = True) -> None:
     answers for every tender from the aggregates."""
     client = build.client()
     positions = client[DB_NAME][positions_name("tenders")]
+    records = client[DB_NAME][reconcile_name("tenders")]
     started = time.monotonic()
     deadline = started + BUILD_TIMEOUT
-    with progress(build.size, "aggregates' records") as bar:
-        while "positions" not in build.seconds or (aggregates and "aggregates" not in build.seconds):
-            build.require_running()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the sequencer did not build the feed in {BUILD_TIMEOUT:.0f} s")
-            if "positions" not in build.seconds:
-                # backfilled (a checkpoint), and every entry given its committed_seq
-                state = positions.find_one({"_id": STATE_ID}, {"checkpoint": 1, STATE_SEQ: 1}) or {}
-                if state.get("checkpoint") is not None and state.get(STATE_SEQ) is True:
-                    build.seconds["positions"] = time.monotonic() - started
-            if aggregates and "aggregates" not in build.seconds:
-                records, source = reconcile_records(build)
-                bar.n = records
-                bar.refresh()
-                if records == build.size and source == "aggregates":
-                    build.seconds["aggregates"] = time.monotonic() - started
-            time.sleep(1.0)
-    client.close()
+    probe = VisibleProbe(build.api("commit"))
+    try:
+        with progress(build.size, "aggregates' records and buckets") as bar:
+            while "positions" not in build.seconds or (aggregates and "aggregates" not in build.seconds):
+                build.require_running()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the sequencer did not build the feed in {BUILD_TIMEOUT:.0f} s")
+                if "positions" not in build.seconds:
+                    # backfilled (a checkpoint), and every entry given its committed_seq
+                    state = positions.find_one({"_id": STATE_ID}, {"checkpoint": 1, STATE_SEQ: 1}) or {}
+                    if state.get("checkpoint") is not None and state.get(STATE_SEQ) is True:
+                        build.seconds["positions"] = time.monotonic() - started
+                        if aggregates:  # the commit feed serves: its delay while the aggregates build
+                            probe.start()
+                if aggregates and "aggregates" not in build.seconds:
+                    # the keeper's state read by id; the endpoint asked only once
+                    # the aggregates are built (before, with no keeper holding
+                    # them, each request would read the whole feed)
+                    state = KeeperState.from_document(records.find_one({"_id": STATE_ID}))
+                    bar.n = records.estimated_document_count()
+                    bar.refresh()
+                    if state.complete is not None:
+                        count, source = reconcile_records(build)
+                        if count == build.size and source == "aggregates":
+                            build.seconds["aggregates"] = time.monotonic() - started
+                time.sleep(1.0)
+    finally:
+        probe.stop()
+        client.close()
+    build.seconds.update(probe.figures())
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ IN_SYNC_GOAL = 2.0
 AGGREGATES_GOAL = 12.0
 VERIFY_SECONDS_GOAL = 60.0
 VERIFY_MB_GOAL = 500.0
+#: The commit feed's commit-to-visible p99 while the aggregates build (s).
+VISIBLE_GOAL = 2.0
 #: The sizes the ratios compare with.
 PAGE_BASE = 10_000
 RECONCILE_BASE = 100_000
@@ -62,6 +64,19 @@ def page_cell(name: str, one: OrderFigures) -> str:
     return f"{page.cpu_ms:.1f} / {page.queries} / {page.examined:,}" if page else "-"
 
 
+def visible_cell(one: OrderFigures) -> str:
+    """The probe's delays while the aggregates built (the commit order's web
+    process served them; the same figures in both columns of a size)."""
+    build = one.build
+    if not build.get("visible_probes"):
+        return "-"
+    if "visible_p99" not in build:
+        return f"none seen ({build['visible_probes']:.0f}) ✗"
+    cell = " / ".join(f"{build[name] * 1000:.0f}" for name in ("visible_p50", "visible_p99", "visible_max"))
+    cell += f" ({build['visible_probes']:.0f}, {build['visible_missed']:.0f})"
+    return cell + ("" if build["visible_p99"] < VISIBLE_GOAL and not build["visible_missed"] else " ✗")
+
+
 def rss_cell(role: str, one: OrderFigures) -> str:
     return f"{one.rss_mb.get(role, 0):.0f}"
 
@@ -86,6 +101,11 @@ def rows(figures: Sequence[OrderFigures]) -> list[tuple[str, str, list[str]]]:
             f"aggregates' build ÷ at {RECONCILE_BASE:,}",
             f"≤ {AGGREGATES_GOAL:g}×",
             each(lambda one: _x(against(one, RECONCILE_BASE, lambda it: it.build.get("aggregates")), AGGREGATES_GOAL)),
+        ),
+        (
+            "commit-to-visible while they build: p50 / p99 / max ms (probes, missed)",
+            f"p99 < {VISIBLE_GOAL * 1000:.0f} ms",
+            each(visible_cell),
         ),
     ]
     for direction, _ in DIRECTIONS:

@@ -32,8 +32,12 @@ keeper *builds* them from the documents: it empties the collection, then
 reads every public document, in chunks between batches (at most
 :data:`SCAN_SECONDS` of each batch, :data:`QUIET_SCAN_SECONDS` of a quiet
 one), forward only (a record already taken from a newer version stays),
-writing the records and adding up the buckets in memory; the buckets are written once, at the end, and only then
-is the state ``built``. After a restart, an error or a lease taken over it
+writing the records and adding up the buckets in memory; the buckets are
+then written in chunks between batches too (:data:`BUCKET_CHUNK` a
+transaction: a million objects make about two million buckets, and the
+follower's next batch waits for each turn), the changes of batches meanwhile
+written to their buckets at once (``$inc`` adds up in any order), and only
+then is the state ``built``. After a restart, an error or a lease taken over it
 *catches up*: the documents whose ``public_modified`` is above its last
 complete point minus :data:`CATCH_UP_MARGIN_SECONDS`, then the records it
 holds for shown objects, whose document must still exist and be public. A
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, islice
 from typing import Any
@@ -116,8 +120,9 @@ CACHE_RECORDS = 50_000
 #: by the first write of a quiet batch, and at :data:`SWEEP_BUCKETS`).
 SWEEP_SECONDS = 60.0
 SWEEP_BUCKETS = 5000
-#: Bucket upserts per write when a build's buckets are written.
-BUCKET_CHUNK = 1000
+#: Bucket upserts per transaction when a build's buckets are written (in
+#: the turns of :data:`SCAN_SECONDS` a scan's chunks take).
+BUCKET_CHUNK = 250
 
 
 class AggregateKeeper:
@@ -160,6 +165,10 @@ class AggregateKeeper:
         #: deltas, written at its end
         self.build_ids: set[str] | None = None
         self.build_deltas: Delta = {}
+        #: a build whose scan is done: its buckets' upserts not yet written
+        #: (None: none being written; the deltas of writes meanwhile go to
+        #: their buckets at once)
+        self.bucket_writes: deque[UpdateOne] | None = None
         #: buckets that writes took records out of, deleted when empty
         self.emptied: set[str] = set()
         self.last_sweep = time.monotonic()
@@ -195,21 +204,28 @@ class AggregateKeeper:
         if restarts != self.restarts:
             self.restarts = restarts
             self.behind = True
-        if self.behind and self.scan is None:
+        if self.behind and self.scan is None and self.bucket_writes is None:
             self._start_scan()
         changed = self.buffer
         merge_newest(changed, self._records_of_events(events).values())
         scanned = False
         budget = QUIET_SCAN_SECONDS if caught_up and not events else SCAN_SECONDS
-        while self.scan is not None:
+        while self.scan is not None or self.bucket_writes:
             if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= budget):
                 break
             scanned = True
-            merge_newest(changed, self._scan_chunk())
-            if len(changed) >= SCAN_CHUNK:
+            if self.scan is None:
+                self._write_bucket_chunk()
+                continue
+            records, ended = self._scan_chunk()
+            merge_newest(changed, records)
+            if ended and self.build_ids is not None:
+                # the records not written yet go to their buckets at once
+                self._start_bucket_writes()
+            elif len(changed) >= SCAN_CHUNK:
                 self._apply(changed, {})
                 changed.clear()
-        finished = self.behind and self.scan is None
+        finished = self.behind and self.scan is None and not self.bucket_writes
         if finished:
             self.behind = False
         now = time.monotonic()
@@ -221,8 +237,16 @@ class AggregateKeeper:
             state[WALL] = {"$max": [{"$ifNull": [f"${WALL}", 0]}, complete_point(events, caught_up, began)]}
             if not self.built:
                 state[BUILT] = LAYOUT
-        sweep = self.emptied and (
-            (caught_up and not events) or len(self.emptied) >= SWEEP_BUCKETS or now - self.last_sweep >= SWEEP_SECONDS
+        # (not while a build's buckets are written: a bucket the writes
+        # emptied may still get the build's records)
+        sweep = (
+            self.emptied
+            and self.bucket_writes is None
+            and (
+                (caught_up and not events)
+                or len(self.emptied) >= SWEEP_BUCKETS
+                or now - self.last_sweep >= SWEEP_SECONDS
+            )
         )
         self._apply(changed, state, sweep=bool(sweep))
         changed.clear()
@@ -284,6 +308,7 @@ class AggregateKeeper:
         self.cache.clear()
         self.build_ids = None
         self.build_deltas = {}
+        self.bucket_writes = None
         self.emptied.clear()
 
     def _start_scan(self) -> None:
@@ -343,26 +368,25 @@ class AggregateKeeper:
                 else:
                     yield None  # still shown: the first pass has its changes
 
-    def _scan_chunk(self) -> list[Record]:
+    def _scan_chunk(self) -> tuple[list[Record], bool]:
         """The records of the scan's next :data:`SCAN_CHUNK` documents or
-        records read; the scan ends with its last."""
+        records read, and whether the scan ended with them."""
         assert self.scan is not None
         chunk = list(islice(self.scan, SCAN_CHUNK))
-        if len(chunk) < SCAN_CHUNK:
+        ended = len(chunk) < SCAN_CHUNK
+        if ended:
             self.scan = None
         self.stats.scanned += len(chunk)
-        return [record for record in chunk if record is not None]
+        return [record for record in chunk if record is not None], ended
 
     # -- the write ---------------------------------------------------------------
 
     def _apply(self, changed: Mapping[str, Record], state: Mapping[str, Any], sweep: bool = False) -> None:
         """One transaction: check the lease, read the old records (those not
         in memory), write the changed ones, their buckets' deltas (during a
-        build: added up in memory) and the state; a build's end writes its
-        buckets first."""
+        build's scan: added up in memory) and the state."""
         finishing = self.build_ids is not None and bool(state.get(BUILT))
-        if finishing:
-            self._write_buckets(self.build_deltas)
+        summing = self.build_ids is not None and self.bucket_writes is None
         swept = sorted(self.emptied) if sweep else []
         written: dict[str, Record] = {}
 
@@ -372,7 +396,7 @@ class AggregateKeeper:
             written.update(writes.written)
             operations, deltas = writes.operations, writes.deltas
             buckets: list[Any] = []
-            if self.build_ids is not None and not finishing:
+            if summing:
                 add_deltas(self.build_deltas, deltas)
             else:
                 buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
@@ -402,7 +426,7 @@ class AggregateKeeper:
             self.last_sweep = time.monotonic()
             self.stats.swept += len(swept)
         if finishing:
-            self.build_ids, self.build_deltas = None, {}
+            self.build_ids, self.build_deltas, self.bucket_writes = None, {}, None
         if self.build_ids is not None:
             self.build_ids.update(written)  # a build remembers ids, not records
             return
@@ -412,20 +436,27 @@ class AggregateKeeper:
         while len(self.cache) > CACHE_RECORDS:
             self.cache.popitem(last=False)
 
-    def _write_buckets(self, deltas: Delta) -> None:
-        """A build's buckets, a transaction per chunk, each checking the
-        lease and writing the state: a keeper stopped past its lease cannot
-        add its buckets to those of the build that replaced it (the state
-        is not built until the write that follows: a build broken off here
-        starts again)."""
-        updates = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
+    def _start_bucket_writes(self) -> None:
+        """A build's scan is done: its buckets' sums become the upserts
+        written a chunk at a time (:meth:`_write_bucket_chunk`)."""
+        self.bucket_writes = deque(
+            UpdateOne(query, update, upsert=True) for query, update in delta_updates(self.build_deltas)
+        )
+        self.build_deltas = {}
+
+    def _write_bucket_chunk(self) -> None:
+        """The next :data:`BUCKET_CHUNK` of a build's bucket upserts, one
+        transaction that checks the lease and writes the state: a keeper
+        stopped past its lease cannot add its buckets to those of the build
+        that replaced it (the state is not built until the last chunk is
+        written: a build broken off here starts again)."""
+        assert self.bucket_writes is not None
+        chunk = [self.bucket_writes.popleft() for _ in range(min(BUCKET_CHUNK, len(self.bucket_writes)))]
         touch = UpdateOne({"_id": STATE_ID}, [{"$set": {APPLIED: {"$toLong": "$$NOW"}}}])
-        for start in range(0, len(updates), BUCKET_CHUNK):
-            with self.client.start_session() as session, session.start_transaction():
-                self.lease.check(session)
-                chunk = [*updates[start : start + BUCKET_CHUNK], touch]
-                self.records.bulk_write(chunk, ordered=False, session=session)
-        self.stats.buckets += len(updates)
+        with self.client.start_session() as session, session.start_transaction():
+            self.lease.check(session)
+            self.records.bulk_write([*chunk, touch], ordered=False, session=session)
+        self.stats.buckets += len(chunk)
 
     def _old_records(self, ids: Sequence[str], session: Any) -> dict[str, Record]:
         """The stored records of ``ids``: from memory when this keeper wrote

@@ -143,8 +143,9 @@ class CollectionSequencer(CollectionRecovery):
 
     def read_batch(self, stream: ChangeStream[Any]) -> tuple[list[dict[str, Any]], bool]:
         """The events of one batch, and whether the stream was caught up at
-        its end (a read came back empty: every event committed by then is in
-        the batch).
+        its end (a read came back empty and left the stream's point where it
+        was: every event committed by then is in the batch; an empty read
+        that moved the point is read on from, within ``batch_seconds``).
 
         A batch is what one reply of the server brings: the reads go on
         while the driver hands out events of the same reply, and the batch
@@ -160,9 +161,20 @@ class CollectionSequencer(CollectionRecovery):
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + self.batch_seconds
         while len(events) < self.batch_size:
+            before = stream.resume_token
             event = stream.try_next()
             if event is None:
-                return events, True
+                # A read that found nothing yet moved the stream's point went
+                # through entries of collections this stream does not follow,
+                # not necessarily to the oplog's end: the embedded server
+                # examines a few hundred entries a read (the follower's own
+                # writes among them), so "caught up" there would leave the
+                # stream ever further behind, until its point left the oplog.
+                if stream.resume_token == before:
+                    return events, True
+                if time.monotonic() >= deadline:
+                    return events, False
+                continue
             events.append(event)
             if stream.resume_token != event["_id"] or time.monotonic() >= deadline:
                 break
@@ -313,7 +325,7 @@ class CollectionSequencer(CollectionRecovery):
                         else:
                             self.guard.check_idle(stream)
                         self.handle(stream, events, caught_up)
-                        empty = 0 if events else empty + 1
+                        empty = 0 if events or not caught_up else empty + 1
                         self._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise

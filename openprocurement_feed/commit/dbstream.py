@@ -296,7 +296,7 @@ class DatabaseStream:
                         else:
                             self.guard.check_idle(stream)
                         self.handle(stream, events, caught_up)
-                        empty = 0 if events else empty + 1
+                        empty = 0 if events or not caught_up else empty + 1
                         options._pace(len(events), empty, began, stopping)
             except SequencerError:
                 raise

@@ -147,6 +147,7 @@ def source_of(request: Request, feed: Any) -> Any:
         feed.filter_field if feed.scope else None,
         scope_of(request, feed),
         aggregates=settings.reconcile_aggregates,
+        feed_limit=settings.reconcile_feed_limit,
     )
 
 

@@ -64,8 +64,9 @@ def reconcile_part(feed: Any, settings: FeedSettings) -> dict[str, Any]:
     responses_common: dict[str, Any] = {
         "501": _error("The feed's ids are not 32 hexadecimal digits (or it masks dateModified): no records."),
         "503": _error(
-            "The aggregates are catching up, the database is unavailable or a commit-ordered feed has no "
-            "checkpoint yet: retry after Retry-After.",
+            "The aggregates are catching up (or no follower keeps them and the feed shows more objects than "
+            "feed.reconcile_feed_limit), the database is unavailable or a commit-ordered feed has no checkpoint "
+            "yet: retry after Retry-After.",
             retry_after=True,
         ),
     }

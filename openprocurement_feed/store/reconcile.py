@@ -275,6 +275,7 @@ class ReconcileSource:
         scope_field: str | None = None,
         scope_value: str | None = None,
         aggregates: bool = True,
+        feed_limit: int = 0,
     ) -> None:
         self.store = store
         self.collection = collection
@@ -283,6 +284,7 @@ class ReconcileSource:
         self.scope_field = scope_field
         self.scope_value = scope_value
         self.aggregates = aggregates
+        self.feed_limit = feed_limit
         db = collection.database
         self.records = db.get_collection(
             reconcile_name(collection.name),
@@ -396,14 +398,31 @@ class ReconcileSource:
                     "the reconcile aggregates are catching up with the feed"
                     + (f" (complete up to {wall}, until {until})" if wall is not None else " (being built)")
                 )
-        yield self.feed_records(until)
+        yield self.feed_records(until, self.feed_limit if self.aggregates else 0)
 
-    def feed_records(self, until: int) -> VectorStorage:
-        """The records below ``until`` computed from the feed itself."""
+    def feed_records(self, until: int, limit: int = 0) -> VectorStorage:
+        """The records below ``until`` computed from the feed itself.
+
+        :param limit: with the aggregates on (the deployment expects them),
+            the most objects read so: a feed of more gets
+            :class:`ReconcileUnavailable` rather than a read of the whole
+            feed at every request while no keeper answers (0: no bound).
+        """
         filters = {self.scope_field: self.scope_value} if self.scope_field else None
         rows = self.store.list(
-            self.collection, ["dateModified"], mode=self.mode, filters=filters, order=self.order, limit=0
+            self.collection,
+            ["dateModified"],
+            mode=self.mode,
+            filters=filters,
+            order=self.order,
+            limit=limit + 1 if limit else 0,
         )
+        if limit and len(rows) > limit:
+            raise ReconcileUnavailable(
+                "the reconcile aggregates are not built or their keeper has stopped (the sequencer keeps them: "
+                "'openprocurement-feed sequence CONFIG.ini' or feed.sequencer = thread), and the feed shows more "
+                f"than feed.reconcile_feed_limit = {limit} objects: too many to read whole for each request"
+            )
         return feed_storage(rows, until)
 
 
@@ -415,7 +434,10 @@ def open_reconcile(
     scope_field: str | None = None,
     scope_value: str | None = None,
     aggregates: bool = True,
+    feed_limit: int = 0,
 ) -> ReconcileSource:
     """The records of one feed request (its collection, order, ``mode`` and
-    scope); ``aggregates=False`` computes them from the feed itself."""
-    return ReconcileSource(store, collection, order, mode, scope_field, scope_value, aggregates)
+    scope); ``aggregates=False`` computes them from the feed itself, as does
+    a request the aggregates cannot answer, for at most ``feed_limit``
+    objects (0: no bound)."""
+    return ReconcileSource(store, collection, order, mode, scope_field, scope_value, aggregates, feed_limit)
