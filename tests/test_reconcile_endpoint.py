@@ -296,9 +296,8 @@ def test_aggregates_of_another_layout_are_built_again_from_the_documents(
 ) -> None:
     from openprocurement_feed.commit import aggregates
 
-    # small chunks: the build takes many batches, its buckets many writes
+    # small chunks: the build takes many batches
     monkeypatch.setattr(aggregates, "SCAN_CHUNK", 7)
-    monkeypatch.setattr(aggregates, "BUCKET_CHUNK", 5)
     first = App(settings, "watermark")
     try:
         first.create(40)

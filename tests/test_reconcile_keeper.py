@@ -128,11 +128,11 @@ def test_a_build_whose_lease_was_taken_over_adds_no_bucket(tenders: Any, monkeyp
     assert not first.built and first.build_ids is not None
     records = tenders.database[reconcile_name(tenders.name)]
     records.update_one({"_id": STATE_ID}, {"$set": {"lease": 0}})
-    second = AggregateKeeper(tenders)
     monkeypatch.setattr(aggregates, "SCAN_CHUNK", 100)
+    second = AggregateKeeper(tenders)
     second.handle([], caught_up=True)
     assert second.built
-    first.handle([], caught_up=True)  # its scan is done: it would write its buckets now
+    first.handle([], caught_up=True)  # its next chunk: records and buckets
     assert not first.built and first.stats.errors == 1 and "lease" in first.stats.last_error
     assert_buckets_add_up(tenders)
 
@@ -288,45 +288,63 @@ def test_a_build_reads_the_documents_in_windows_and_misses_none_changed_meanwhil
     )
 
 
-def test_a_builds_buckets_are_written_a_chunk_a_batch_and_changes_meanwhile_add_up(
+def test_a_build_writes_its_buckets_with_its_records_and_changes_meanwhile_add_up(
     tenders: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A million objects make about two million buckets: a build writes them
-    a chunk per batch of its follower (whose next batch waits for the turn),
-    not all in one turn. The batches' changes meanwhile go to their buckets
-    at once; a bucket they leave at a count of 0 (a record out, another in)
-    is not swept before the build's records reach it."""
+    """A million objects make about two million buckets: a build writes each
+    chunk's buckets with its records (the keeper holds no sums in memory),
+    so the stored buckets add up to the stored records after every batch of
+    the build, whatever changes meanwhile (a record out of a bucket, another
+    into it, a patch), sweeps included."""
     monkeypatch.setattr(aggregates, "SCAN_CHUNK", 4)
-    monkeypatch.setattr(aggregates, "BUCKET_CHUNK", 1)
     monkeypatch.setattr(aggregates, "SCAN_SECONDS", 0.0)  # a chunk a batch
+    monkeypatch.setattr(aggregates, "QUIET_SCAN_SECONDS", 0.0)
     monkeypatch.setattr(aggregates, "APPLY_SECONDS", 0.0)
     monkeypatch.setattr(aggregates, "SWEEP_SECONDS", 0.0)  # a sweep at every write allowed
-    keys = [uuid.uuid4().hex for _ in range(12)]
+    keys = [uuid.uuid4().hex for _ in range(16)]
     tenders.insert_many([document(key, number * 20.0) for number, key in enumerate(keys)])
     keeper = AggregateKeeper(tenders)
-    for _ in range(4):  # the scan, a chunk a batch: then its buckets
-        keeper.handle([], caught_up=False)
-    assert keeper.stats.errors == 0, keeper.stats.last_error
-    assert keeper.bucket_writes and not keeper.built
-    total = len(keeper.bucket_writes)
-    # one record into the coarsest bucket, another out of it
-    tenders.delete_one({"_id": keys[0]})
-    added = document(uuid.uuid4().hex, 300.0)
+    keeper.handle([], caught_up=False)  # the build's first chunk
+    assert keeper.build_ids and not keeper.built
+    assert not hasattr(keeper, "build_deltas"), "no bucket sums held in memory"
+    assert_buckets_add_up(tenders)
+    added = document(uuid.uuid4().hex, 35.0)  # into the first chunk's buckets
+    patched = document(keys[9], 400.0)
+    batches = [
+        [event(added)],
+        [delete_event(keys[1], 500.0)],
+        [event(patched)],
+    ]
     tenders.insert_one(added)
-    patched = document(keys[5], 400.0)
-    tenders.replace_one({"_id": keys[5]}, patched)
+    tenders.delete_one({"_id": keys[1]})
+    tenders.replace_one({"_id": keys[9]}, patched)
     turns = 0
-    # the record in first, then the other out: the bucket, not written by the
-    # build yet, is left at a count of 0 and the sum of the two
-    batches = [[event(added)], [delete_event(keys[0], 500.0), event(patched)]]
     while not keeper.built:
-        before = len(keeper.bucket_writes or ())
         keeper.handle(batches.pop(0) if batches else [], caught_up=False)
         turns += 1
         assert keeper.stats.errors == 0, keeper.stats.last_error
-        assert before - len(keeper.bucket_writes or ()) <= 1, "one chunk a batch"
-        assert turns <= total + 2
-    assert turns >= total > 12, "the buckets took a batch each"
+        assert_buckets_add_up(tenders)
+        assert turns < 20
+    assert turns >= 3 and keeper.build_ids is None
     assert_records_match_documents(tenders)
-    keeper.handle([], caught_up=True)  # the sweep, now that the build's buckets are in
-    assert_records_match_documents(tenders)
+
+
+def test_a_chunk_that_takes_longer_than_its_turn_makes_the_next_ones_smaller(
+    tenders: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's next batch waits for a build's turn (at least one
+    chunk): a chunk slower than :data:`SCAN_SECONDS` shrinks the next ones,
+    down to :data:`MIN_SCAN_CHUNK`; fast ones grow them back."""
+    keeper = AggregateKeeper(tenders)
+    assert keeper.chunk_size == aggregates.SCAN_CHUNK
+    keeper._size_chunks(500, 2.0)  # four turns' time
+    assert keeper.chunk_size == 125
+    keeper._size_chunks(125, 100.0)
+    assert keeper.chunk_size == aggregates.MIN_SCAN_CHUNK
+    keeper._size_chunks(50, 0.01)
+    assert keeper.chunk_size == 100
+    for _ in range(5):
+        keeper._size_chunks(keeper.chunk_size, 0.01)
+    assert keeper.chunk_size == aggregates.SCAN_CHUNK
+    keeper._size_chunks(500, 0.4)  # within its turn: kept
+    assert keeper.chunk_size == aggregates.SCAN_CHUNK

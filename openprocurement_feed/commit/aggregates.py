@@ -32,13 +32,13 @@ keeper *builds* them from the documents: it empties the collection, then
 reads every public document, in chunks between batches (at most
 :data:`SCAN_SECONDS` of each batch, :data:`QUIET_SCAN_SECONDS` of a quiet
 one), forward only (a record already taken from a newer version stays),
-writing the records and adding up the buckets in memory; the buckets are
-then written in chunks between batches too (:data:`BUCKET_CHUNK` a
-transaction: a million objects make about two million buckets, and the
-follower's next batch waits for each turn), the changes of batches meanwhile
-written to their buckets at once (``$inc`` adds up in any order), and only
-then is the state ``built``. After a restart, an error or a lease taken over it
-*catches up*: the documents whose ``public_modified`` is above its last
+writing each chunk's records and its buckets' ``$inc`` in one transaction
+(the scan goes up the stamps, so a chunk's records share their buckets: the
+buckets are written about once each, and the keeper holds no sums in memory:
+a million objects make about two million buckets); the state is ``built``
+when the scan ends. A chunk is made smaller while one takes longer than
+:data:`SCAN_SECONDS` (the follower's next batch waits for it). After a
+restart, an error or a lease taken over it *catches up*: the documents whose ``public_modified`` is above its last
 complete point minus :data:`CATCH_UP_MARGIN_SECONDS`, then the records it
 holds for shown objects, whose document must still exist and be public. A
 deletion leaves no document to read, and its event may never have reached
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, islice
 from typing import Any
@@ -69,7 +69,6 @@ from ..store.buckets import (
     INDEX_NAME,
     LAYOUT,
     STATE_ID,
-    Delta,
     Record,
     delta_updates,
     emptied_buckets,
@@ -82,7 +81,6 @@ from ..store.readers import PUBLIC_MODIFIED
 from ..store.scans import documents_in_windows
 from .aggregate_writes import (
     KeeperStats,
-    add_deltas,
     complete_point,
     event_wall_us,
     merge_newest,
@@ -92,6 +90,17 @@ from .aggregate_writes import (
 from .lease import Lease
 
 log = logging.getLogger("openprocurement_feed.aggregates")
+
+
+def build_key(object_id: str) -> int | str:
+    """How a build remembers an id it wrote a record for: 32 hex digits as
+    their integer (a third of the string's memory: a million of them are
+    held until the build ends)."""
+    try:
+        return int(object_id, 16) if len(object_id) == 32 else object_id
+    except ValueError:
+        return object_id
+
 
 #: Seconds before the last complete point from which a catch-up re-reads
 #: the documents (a change that committed after the point was stamped at
@@ -104,9 +113,12 @@ READ_CHUNK = 100
 SCAN_CHUNK = 500
 #: Seconds of a batch's turn a build or a catch-up may take (whole chunks:
 #: at least one): the follower's next batch waits for it. After a quiet
-#: batch (no event, caught up) :data:`QUIET_SCAN_SECONDS`: nothing waits.
+#: batch (no event, caught up) :data:`QUIET_SCAN_SECONDS`: no write waits
+#: yet, but one that commits during the turn waits for its end (a longer
+#: quiet turn held the commit feed's writes up to its length while a
+#: million tenders' aggregates built).
 SCAN_SECONDS = 0.5
-QUIET_SCAN_SECONDS = 2.0
+QUIET_SCAN_SECONDS = 0.5
 #: Seconds the changes of consecutive batches are coalesced before one
 #: write (a head bucket is written once per interval, not once per batch;
 #: the aggregates' complete point lags by as much).
@@ -120,9 +132,8 @@ CACHE_RECORDS = 50_000
 #: by the first write of a quiet batch, and at :data:`SWEEP_BUCKETS`).
 SWEEP_SECONDS = 60.0
 SWEEP_BUCKETS = 5000
-#: Bucket upserts per transaction when a build's buckets are written (in
-#: the turns of :data:`SCAN_SECONDS` a scan's chunks take).
-BUCKET_CHUNK = 250
+#: The smallest chunk a scan shrinks to (:data:`SCAN_SECONDS`).
+MIN_SCAN_CHUNK = 50
 
 
 class AggregateKeeper:
@@ -163,12 +174,10 @@ class AggregateKeeper:
         #: a build in progress: the ids it wrote records for (any other id
         #: has none: the build emptied the collection) and its buckets'
         #: deltas, written at its end
-        self.build_ids: set[str] | None = None
-        self.build_deltas: Delta = {}
-        #: a build whose scan is done: its buckets' upserts not yet written
-        #: (None: none being written; the deltas of writes meanwhile go to
-        #: their buckets at once)
-        self.bucket_writes: deque[UpdateOne] | None = None
+        self.build_ids: set[int | str] | None = None
+        #: documents a scan's next chunk reads (:data:`SCAN_CHUNK`, less
+        #: while a chunk takes longer than :data:`SCAN_SECONDS`)
+        self.chunk_size = SCAN_CHUNK
         #: buckets that writes took records out of, deleted when empty
         self.emptied: set[str] = set()
         self.last_sweep = time.monotonic()
@@ -204,28 +213,24 @@ class AggregateKeeper:
         if restarts != self.restarts:
             self.restarts = restarts
             self.behind = True
-        if self.behind and self.scan is None and self.bucket_writes is None:
+        if self.behind and self.scan is None:
             self._start_scan()
         changed = self.buffer
         merge_newest(changed, self._records_of_events(events).values())
         scanned = False
         budget = QUIET_SCAN_SECONDS if caught_up and not events else SCAN_SECONDS
-        while self.scan is not None or self.bucket_writes:
+        while self.scan is not None:
             if scanned and (len(changed) >= BUFFER_RECORDS or time.monotonic() - began >= budget):
                 break
             scanned = True
-            if self.scan is None:
-                self._write_bucket_chunk()
-                continue
-            records, ended = self._scan_chunk()
-            merge_newest(changed, records)
-            if ended and self.build_ids is not None:
-                # the records not written yet go to their buckets at once
-                self._start_bucket_writes()
-            elif len(changed) >= SCAN_CHUNK:
+            chunk_began = time.monotonic()
+            size = self.chunk_size
+            merge_newest(changed, self._scan_chunk(size))
+            if len(changed) >= size:
                 self._apply(changed, {})
                 changed.clear()
-        finished = self.behind and self.scan is None and not self.bucket_writes
+                self._size_chunks(size, time.monotonic() - chunk_began)
+        finished = self.behind and self.scan is None
         if finished:
             self.behind = False
         now = time.monotonic()
@@ -237,16 +242,8 @@ class AggregateKeeper:
             state[WALL] = {"$max": [{"$ifNull": [f"${WALL}", 0]}, complete_point(events, caught_up, began)]}
             if not self.built:
                 state[BUILT] = LAYOUT
-        # (not while a build's buckets are written: a bucket the writes
-        # emptied may still get the build's records)
-        sweep = (
-            self.emptied
-            and self.bucket_writes is None
-            and (
-                (caught_up and not events)
-                or len(self.emptied) >= SWEEP_BUCKETS
-                or now - self.last_sweep >= SWEEP_SECONDS
-            )
+        sweep = self.emptied and (
+            (caught_up and not events) or len(self.emptied) >= SWEEP_BUCKETS or now - self.last_sweep >= SWEEP_SECONDS
         )
         self._apply(changed, state, sweep=bool(sweep))
         changed.clear()
@@ -307,8 +304,6 @@ class AggregateKeeper:
         self.buffer.clear()
         self.cache.clear()
         self.build_ids = None
-        self.build_deltas = {}
-        self.bucket_writes = None
         self.emptied.clear()
 
     def _start_scan(self) -> None:
@@ -324,7 +319,7 @@ class AggregateKeeper:
             self.records.delete_many({"lv": {"$exists": True}})
             self.cache.clear()
             self.emptied.clear()
-            self.build_ids, self.build_deltas = set(), {}
+            self.build_ids = set()
             self.scan = self._records_of_documents(
                 documents_in_windows(self.documents, {"is_public": True}, projection, SCAN_CHUNK)
             )
@@ -368,25 +363,23 @@ class AggregateKeeper:
                 else:
                     yield None  # still shown: the first pass has its changes
 
-    def _scan_chunk(self) -> tuple[list[Record], bool]:
-        """The records of the scan's next :data:`SCAN_CHUNK` documents or
-        records read, and whether the scan ended with them."""
+    def _scan_chunk(self, size: int) -> list[Record]:
+        """The records of the scan's next ``size`` documents or records
+        read; the scan ends with its last."""
         assert self.scan is not None
-        chunk = list(islice(self.scan, SCAN_CHUNK))
-        ended = len(chunk) < SCAN_CHUNK
-        if ended:
+        chunk = list(islice(self.scan, size))
+        if len(chunk) < size:
             self.scan = None
         self.stats.scanned += len(chunk)
-        return [record for record in chunk if record is not None], ended
+        return [record for record in chunk if record is not None]
 
     # -- the write ---------------------------------------------------------------
 
     def _apply(self, changed: Mapping[str, Record], state: Mapping[str, Any], sweep: bool = False) -> None:
         """One transaction: check the lease, read the old records (those not
         in memory), write the changed ones, their buckets' deltas (during a
-        build's scan: added up in memory) and the state."""
+        build's scan too) and the state."""
         finishing = self.build_ids is not None and bool(state.get(BUILT))
-        summing = self.build_ids is not None and self.bucket_writes is None
         swept = sorted(self.emptied) if sweep else []
         written: dict[str, Record] = {}
 
@@ -395,11 +388,7 @@ class AggregateKeeper:
             writes = record_writes(changed, self._old_records(list(changed), session))
             written.update(writes.written)
             operations, deltas = writes.operations, writes.deltas
-            buckets: list[Any] = []
-            if summing:
-                add_deltas(self.build_deltas, deltas)
-            else:
-                buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
+            buckets = [UpdateOne(query, update, upsert=True) for query, update in delta_updates(deltas)]
             operations.extend(buckets)
             # always written: a keeper that overlaps conflicts here
             operations.append(
@@ -426,9 +415,9 @@ class AggregateKeeper:
             self.last_sweep = time.monotonic()
             self.stats.swept += len(swept)
         if finishing:
-            self.build_ids, self.build_deltas, self.bucket_writes = None, {}, None
+            self.build_ids = None
         if self.build_ids is not None:
-            self.build_ids.update(written)  # a build remembers ids, not records
+            self.build_ids.update(map(build_key, written))  # a build remembers ids, not records
             return
         for object_id, record in written.items():
             self.cache[object_id] = record
@@ -436,27 +425,17 @@ class AggregateKeeper:
         while len(self.cache) > CACHE_RECORDS:
             self.cache.popitem(last=False)
 
-    def _start_bucket_writes(self) -> None:
-        """A build's scan is done: its buckets' sums become the upserts
-        written a chunk at a time (:meth:`_write_bucket_chunk`)."""
-        self.bucket_writes = deque(
-            UpdateOne(query, update, upsert=True) for query, update in delta_updates(self.build_deltas)
-        )
-        self.build_deltas = {}
-
-    def _write_bucket_chunk(self) -> None:
-        """The next :data:`BUCKET_CHUNK` of a build's bucket upserts, one
-        transaction that checks the lease and writes the state: a keeper
-        stopped past its lease cannot add its buckets to those of the build
-        that replaced it (the state is not built until the last chunk is
-        written: a build broken off here starts again)."""
-        assert self.bucket_writes is not None
-        chunk = [self.bucket_writes.popleft() for _ in range(min(BUCKET_CHUNK, len(self.bucket_writes)))]
-        touch = UpdateOne({"_id": STATE_ID}, [{"$set": {APPLIED: {"$toLong": "$$NOW"}}}])
-        with self.client.start_session() as session, session.start_transaction():
-            self.lease.check(session)
-            self.records.bulk_write([*chunk, touch], ordered=False, session=session)
-        self.stats.buckets += len(chunk)
+    def _size_chunks(self, size: int, seconds: float) -> None:
+        """After a chunk of ``size`` documents read and written in
+        ``seconds``: the next chunks' size, smaller while a chunk takes
+        longer than :data:`SCAN_SECONDS` (at least :data:`MIN_SCAN_CHUNK`),
+        growing back to :data:`SCAN_CHUNK` while it takes less than half."""
+        if SCAN_SECONDS <= 0 or seconds <= 0:
+            return
+        if seconds > SCAN_SECONDS:
+            self.chunk_size = max(min(MIN_SCAN_CHUNK, SCAN_CHUNK), int(size * SCAN_SECONDS / seconds))
+        elif seconds < SCAN_SECONDS / 2:
+            self.chunk_size = min(SCAN_CHUNK, size * 2)
 
     def _old_records(self, ids: Sequence[str], session: Any) -> dict[str, Record]:
         """The stored records of ``ids``: from memory when this keeper wrote
@@ -467,7 +446,7 @@ class AggregateKeeper:
             cached = self.cache.get(object_id)
             if cached is not None:
                 found[object_id] = cached
-            elif self.build_ids is None or object_id in self.build_ids:
+            elif self.build_ids is None or build_key(object_id) in self.build_ids:
                 wanted.append(object_id)
         self.stats.reads += len(wanted)
         projection = {"w": 1, "b": 1, "r": 1, "v": 1}
