@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from openprocurement_feed.commands.options import non_negative_float, non_negative_int, positive_float, positive_int
+from openprocurement_feed.settings import FeedSettings
 
 from .registry import PARTS
 from .scale.cli import add_scale_options
@@ -316,7 +317,10 @@ def add_soak_options(parser: argparse.ArgumentParser) -> None:
         help="the embedded server's oplog retention (default: %(default)s)",
     )
     soak.add_argument(
-        "--cache-size", default="256M", metavar="SIZE", help="the embedded server's cache (default: %(default)s)"
+        "--cache-size",
+        default=FeedSettings.embedded_cache_size,
+        metavar="SIZE",
+        help="the embedded server's cache (default: %(default)s, the package's mongodb.embedded_cache_size)",
     )
     soak.add_argument("--workdir", type=Path, default=None, help="soak: keep the logs and samples here")
     soak.add_argument("--keep", action="store_true", help="soak: keep the temporary folder")
