@@ -209,10 +209,13 @@ def test_a_read_is_caught_up_only_where_the_oplog_ends_not_where_the_server_stop
     neighbours, until its point left the oplog and it recovered (a million
     tenders' aggregates build did so twice)."""
     from openprocurement_feed.commit.collection import CollectionSequencer
+    from openprocurement_feed.commit.history import SHORT_READ_SECONDS, skip_read_seconds
 
     client: MongoClient[Any] = MongoClient(small_oplog.uri)
     try:
         db = client["reads"]
+        # this server's reads stop short: a batch that found nothing reads on longer
+        assert skip_read_seconds(db, 0.05) == SHORT_READ_SECONDS
         db["tenders"].insert_one({"_id": "first"})
         follower = CollectionSequencer(db["tenders"])
         with db.watch([{"$match": {"ns.coll": "tenders"}}], max_await_time_ms=1) as stream:

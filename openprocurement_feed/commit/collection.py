@@ -18,7 +18,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from .aggregates import AggregateKeeper
 from .dbstream import DatabaseStream
 from .errors import HISTORY_LOST_CODES, REFUSED_POINT_CODES, SequencerError
-from .history import HistoryGuard, HistoryLost
+from .history import HistoryGuard, HistoryLost, skip_read_seconds
 from .lag import event_lag
 from .recovery import CollectionRecovery
 from .stamps import predecessor
@@ -158,8 +158,11 @@ class CollectionSequencer(CollectionRecovery):
         the server holds, then one that finds nothing) and one bulk write,
         however many events it holds.
         """
+        if self.skip_seconds is None:
+            self.skip_seconds = skip_read_seconds(self.db, self.batch_seconds)
         events: list[dict[str, Any]] = []
-        deadline = time.monotonic() + self.batch_seconds
+        began = time.monotonic()
+        deadline = began + self.batch_seconds
         while len(events) < self.batch_size:
             before = stream.resume_token
             event = stream.try_next()
@@ -172,7 +175,7 @@ class CollectionSequencer(CollectionRecovery):
                 # stream ever further behind, until its point left the oplog.
                 if stream.resume_token == before:
                     return events, True
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= (deadline if events else began + self.skip_seconds):
                     return events, False
                 continue
             events.append(event)

@@ -189,6 +189,9 @@ class CollectionEntries:
         self.batch_seconds = batch_seconds
         self.idle_seconds = idle_seconds
         self.read_interval = read_interval
+        #: seconds a batch that found no event reads on while the stream's
+        #: point moves (None: not known yet; :func:`.history.skip_read_seconds`)
+        self.skip_seconds: float | None = None
         self.stats = SequencerStats()
         #: observe only: measure the lag, write no positions (watermark feeds)
         self.observe = observe

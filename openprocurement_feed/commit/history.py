@@ -85,6 +85,29 @@ def present_token(db: Database[Any]) -> Mapping[str, Any] | None:
     return dict(token) if token else None
 
 
+#: Seconds a batch that found no event reads on while the stream's point
+#: moves, on a server whose reads stop short of the oplog's end
+#: (:func:`skip_read_seconds`).
+SHORT_READ_SECONDS = 1.0
+
+
+def skip_read_seconds(db: Database[Any], batch_seconds: float) -> float:
+    """How long a batch that found no event reads on while its stream's
+    point moves: ``batch_seconds`` where a read that finds nothing has read
+    to the oplog's end (MongoDB: its point moves again only with new
+    writes), :data:`SHORT_READ_SECONDS` on the embedded server (SecantusDB,
+    ``secantusVersion`` in ``buildInfo``), whose read examines a few hundred
+    entries of the database and answers nothing when none was the stream's:
+    the follower's own writes (positions, a million tenders' aggregates
+    build) would otherwise leave its stream behind until its point left the
+    oplog. One ``buildInfo``, asked once per follower."""
+    try:
+        info = db.client.admin.command("buildInfo")
+    except OperationFailure:
+        return batch_seconds
+    return max(batch_seconds, SHORT_READ_SECONDS) if "secantusVersion" in info else batch_seconds
+
+
 class HistoryGuard:
     """Checks one change stream of ``db`` for skipped history (module doc).
 
