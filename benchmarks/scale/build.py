@@ -286,8 +286,6 @@ def wait_sequenced(build: Build, aggregates: bool = True) -> None:
                     state = positions.find_one({"_id": STATE_ID}, {"checkpoint": 1, STATE_SEQ: 1}) or {}
                     if state.get("checkpoint") is not None and state.get(STATE_SEQ) is True:
                         build.seconds["positions"] = time.monotonic() - started
-                        if aggregates:  # the commit feed serves: its delay while the aggregates build
-                            probe.start()
                 if aggregates and "aggregates" not in build.seconds:
                     # the keeper's state read by id; the endpoint asked only once
                     # the aggregates are built (before, with no keeper holding
@@ -295,6 +293,12 @@ def wait_sequenced(build: Build, aggregates: bool = True) -> None:
                     state = KeeperState.from_document(records.find_one({"_id": STATE_ID}))
                     bar.n = records.estimated_document_count()
                     bar.refresh()
+                    if state.lease is not None and "keeper" not in build.seconds:
+                        # the keeper holds its lease: the build runs (after the
+                        # sequencer's backfill and any recovery); the commit
+                        # feed's delay meanwhile
+                        build.seconds["keeper"] = time.monotonic() - started
+                        probe.start()
                     if state.complete is not None:
                         count, source = reconcile_records(build)
                         if count == build.size and source == "aggregates":
