@@ -20,6 +20,19 @@ from openprocurement_feed.client.errors import SyncStopped
 from openprocurement_feed.client.sync import Batch, FeedSync
 
 
+def peak_rss_kb() -> int:
+    """This process's own peak RSS in KB (``VmHWM``): a child started by
+    ``subprocess`` (vfork, exec) starts its ``ru_maxrss`` at its parent's."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:  # not Linux
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def crawl(url: str, limit: int = 100, budget: float = 0.0) -> dict[str, Any]:
     """The crawl; stopped after ``budget`` seconds when it is not 0."""
     times: list[float] = []
@@ -49,7 +62,7 @@ def crawl(url: str, limit: int = 100, budget: float = 0.0) -> dict[str, Any]:
         "stopped": bool(client.stopping and not stats.backward_done),
         "seconds": time.monotonic() - started,
         "times": [round(value, 4) for value in times],
-        "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "max_rss_kb": peak_rss_kb(),
     }
 
 
