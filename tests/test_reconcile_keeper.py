@@ -348,3 +348,37 @@ def test_a_chunk_that_takes_longer_than_its_turn_makes_the_next_ones_smaller(
     assert keeper.chunk_size == aggregates.SCAN_CHUNK
     keeper._size_chunks(500, 0.4)  # within its turn: kept
     assert keeper.chunk_size == aggregates.SCAN_CHUNK
+
+
+def test_the_lease_is_held_with_an_update_and_a_read_by_id(mongodb_uri: str, db_name: str) -> None:
+    """The embedded server answers a ``findAndModify`` of the state's
+    ``_id`` (``MinKey``) by scanning the whole collection (4.9 s at 100,000
+    tenders' records and buckets, every few seconds of the follower's
+    turns): the lease is taken and renewed by an update and a read by id."""
+    from pymongo import monitoring
+
+    from openprocurement_feed.commit.lease import Lease
+
+    class Names(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            self.sent.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    names = Names()
+    client: MongoClient[Any] = MongoClient(mongodb_uri, event_listeners=[names])
+    try:
+        records = client[db_name][reconcile_name("tenders")]
+        mine, theirs = Lease(records), Lease(records)
+        assert mine.hold() and mine.held
+        assert not theirs.hold(), "held by the first"
+        assert names.sent == ["update", "find", "update", "find"], names.sent
+    finally:
+        client.close()

@@ -14,7 +14,6 @@ import time
 import uuid
 from typing import Any
 
-from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
@@ -50,8 +49,11 @@ class Lease:
         """Take or renew the lease; True while this keeper holds it.
 
         One update by ``_id`` alone (a residual predicate beside ``_id``
-        makes the embedded server scan the collection); the answer says
-        whose the lease is.
+        makes the embedded server scan the collection), then a read of the
+        owner by ``_id``: the embedded server answers a ``findAndModify``
+        of the state's ``_id`` (``MinKey``) by scanning the collection, 4.9
+        s at 100,000 tenders' records and buckets, taken from the
+        follower's turn every few seconds.
         """
         now = time.monotonic()
         if now < self.until - LEASE_SECONDS * 2 / 3:
@@ -61,7 +63,7 @@ class Lease:
         lapsed = {"$lt": [{"$ifNull": [f"${LEASE}", 0]}, now_ms]}
         ours = {"$or": [mine, lapsed]}
         renewed = {"$add": [now_ms, int(LEASE_SECONDS * 1000)]}  # ms since the epoch
-        state = self.records.find_one_and_update(
+        self.records.update_one(
             {"_id": STATE_ID},
             [
                 {
@@ -71,10 +73,9 @@ class Lease:
                     }
                 }
             ],
-            projection={OWNER: 1},
             upsert=True,
-            return_document=ReturnDocument.AFTER,
         )
+        state = self.records.find_one({"_id": STATE_ID}, {OWNER: 1})
         if state is None or state.get(OWNER) != self.owner:
             self.until = 0.0
             return False
