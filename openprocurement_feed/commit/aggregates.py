@@ -59,7 +59,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 from pymongo.collection import Collection
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -90,6 +90,17 @@ from .aggregate_writes import (
 from .lease import Lease
 
 log = logging.getLogger("openprocurement_feed.aggregates")
+
+#: The server's code for a write that conflicted with another's.
+WRITE_CONFLICT = 112
+
+
+def transient(error: PyMongoError) -> bool:
+    """A transaction's error that left nothing written and may pass on a
+    retry (``TransientTransactionError``, a write conflict)."""
+    return isinstance(error, OperationFailure) and (
+        error.has_error_label("TransientTransactionError") or error.code == WRITE_CONFLICT
+    )
 
 
 def build_key(object_id: str) -> int | str:
@@ -194,12 +205,19 @@ class AggregateKeeper:
 
     def handle(self, events: Sequence[Mapping[str, Any]], caught_up: bool, restarts: int = 0) -> None:
         """Apply a batch of change events (and a chunk of a scan in
-        progress); never raises a database error (logged, caught up later)."""
+        progress); never raises a database error (logged; a transaction's
+        conflict retried with the next batch, any other caught up later)."""
         try:
             self._handle(events, caught_up, restarts)
         except PyMongoError as error:
             self.stats.errors += 1
             self.stats.last_error = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            if transient(error) and self.lease.held:
+                # the transaction wrote nothing; what it held (the changes,
+                # a scan's chunk) is written by the next batch: a build of a
+                # million objects is not begun again for one conflict
+                log.warning("Reconcile aggregates of %r: %s; retried next batch", self.documents.name, error)
+                return
             self.behind = True
             self.lease.drop()
             self._forget()
