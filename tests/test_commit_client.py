@@ -252,8 +252,17 @@ def test_crawler_and_check_against_a_commit_feed_under_concurrent_writers(
         store = server.registry.feed_store
         wait_sequenced(store)
         expected = database_state(store)
-        deadline = time.monotonic() + 30
-        while held(read_lines(out)) != expected and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+
+        def backward_done() -> bool:
+            try:
+                return bool(json.loads(state.read_text()).get("backward_done"))
+            except (OSError, ValueError):
+                return False
+
+        # every version held and the history read through (saved): the events
+        # the interrupt comes after, each waited for with a deadline
+        while (held(read_lines(out)) != expected or not backward_done()) and time.monotonic() < deadline:
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=20)
