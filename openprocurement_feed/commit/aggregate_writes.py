@@ -19,7 +19,6 @@ from ..store.buckets import Delta, Record, add_delta
 __all__ = [
     "KeeperStats",
     "RecordWrites",
-    "add_deltas",
     "complete_point",
     "event_wall_us",
     "merge_newest",
@@ -89,15 +88,6 @@ def record_writes(changed: Mapping[str, Record], old: Mapping[str, Record]) -> R
         writes.written[object_id] = record
         writes.replaced += 1
     return writes
-
-
-def add_deltas(total: Delta, deltas: Delta) -> None:
-    """Add ``deltas`` into ``total`` (a build's buckets, added up in memory
-    and written at its end)."""
-    for key, values in deltas.items():
-        into = total.setdefault(key, [0] * len(values))
-        for i, value in enumerate(values):
-            into[i] += value
 
 
 def merge_newest(changed: dict[str, Record], records: Iterable[Record]) -> None:
